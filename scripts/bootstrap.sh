@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Brings a fresh clone to a runnable state: Debian packages, the .venv with the project
+# installed editable with its test extras, kubectl/helm in .tools/bin, generated code.
+#
+# Why a script: CI runs in a fresh clone on a machine where nothing installed by hand can be
+# relied on, so everything the tests need is installed here.  Called by scripts/test.sh;
+# safe to run by hand.  Idempotent and fast on a second run: each step checks before it acts
+# (dpkg for packages, a stamp holding pyproject.toml's hash for the venv, versions for tools).
+#
+# Environment: PYTHON picks the interpreter for a new venv (default python3, must be >= 3.11).
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+
+# Debian packages the tests use (openssl/curl for ad-hoc TLS checks in tests and scripts).
+APT_PACKAGES=(openssl curl ca-certificates)
+VENV="$REPO_ROOT/.venv"
+STAMP="$VENV/.bootstrap-stamp"
+
+log() { echo "bootstrap: $*" >&2; }
+
+install_apt_packages() {
+    local missing=() pkg
+    for pkg in "${APT_PACKAGES[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$pkg")
+        fi
+    done
+    if ((${#missing[@]} == 0)); then
+        return 0
+    fi
+    log "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+}
+
+venv_stamp() {
+    # Reinstall when the dependency declaration or the interpreter changes.
+    { sha256sum pyproject.toml; "$VENV/bin/python" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1
+}
+
+ensure_venv() {
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        local python="${PYTHON:-python3}"
+        "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+            || { log "$python is older than 3.11"; exit 1; }
+        log "creating .venv with $("$python" --version)"
+        "$python" -m venv "$VENV"
+    fi
+    if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(venv_stamp)" ]] \
+        && "$VENV/bin/python" -c 'import socialweb_computer' 2>/dev/null; then
+        return 0
+    fi
+    log "installing the project (editable, with test extras) into .venv"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+    venv_stamp >"$STAMP"
+}
+
+build_protobuf() {
+    # Generated protobuf modules are gitignored; build them when the build module exists.
+    # The probe exits 0 (present), 1 (absent) or anything else (broken package: fail loudly).
+    local status=0
+    "$VENV/bin/python" - <<'PY' || status=$?
+import importlib.util
+import sys
+
+TARGET = "socialweb_computer.apiserver.protobuf.build"
+try:
+    spec = importlib.util.find_spec(TARGET)
+except ModuleNotFoundError as exc:
+    # Only a missing parent package means "absent"; a missing import inside it is a bug.
+    if exc.name is None or not TARGET.startswith(exc.name + "."):
+        print(f"{TARGET}: {exc!r}", file=sys.stderr)
+        sys.exit(2)
+    spec = None
+except Exception as exc:
+    print(f"{TARGET}: {exc!r}", file=sys.stderr)
+    sys.exit(2)
+sys.exit(0 if spec is not None else 1)
+PY
+    case "$status" in
+        0) log "building protobuf modules"
+           "$VENV/bin/python" -m socialweb_computer.apiserver.protobuf.build ;;
+        1) ;;
+        *) log "could not probe socialweb_computer.apiserver.protobuf.build"; exit 1 ;;
+    esac
+}
+
+install_apt_packages
+ensure_venv
+bash "$REPO_ROOT/scripts/install-tools.sh"
+build_protobuf
+log "ready"

@@ -1,0 +1,61 @@
+"""A logical cluster: a key prefix in the shared store, its registry of kinds, its store
+and the controllers that must run for its API to behave (CRD establishment).
+
+It is not a process and owns no socket: listeners (see `app.py`) serve it. That is
+what lets an idle tenant cost almost nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from socialweb_computer.api import errors
+from socialweb_computer.apiserver import crds, registry, store
+from socialweb_computer.storage import base as storage
+
+log = logging.getLogger(__name__)
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+SubresourceHandler = Callable[..., Awaitable[Any]]
+
+
+class LogicalCluster:
+    def __init__(self, name: str, backend: storage.Backend) -> None:
+        from socialweb_computer.apiserver import subresources
+
+        self.name = name
+        self.registry = registry.Registry()
+        self.store = store.Store(name, backend, self.registry)
+        self.crds = crds.CrdController(self.store)
+        self.subresource_handlers: dict[str, SubresourceHandler] = dict(subresources.HANDLERS)
+        self._openapi: dict[str, tuple[int, Any]] = {}
+
+    async def start(self) -> None:
+        await self.crds.start()
+        await self._ensure_namespaces()
+
+    async def close(self) -> None:
+        await self.crds.close()
+
+    async def _ensure_namespaces(self) -> None:
+        ns_kind = self.registry.lookup("", "v1", "namespaces")
+        assert ns_kind is not None
+        for name in SYSTEM_NAMESPACES:
+            try:
+                await self.store.create(ns_kind, "", {"metadata": {"name": name}},
+                                        store.WriteOptions(field_manager="kube-apiserver"))
+            except errors.StatusError as e:
+                if e.reason != "AlreadyExists":
+                    raise
+
+    def openapi_cache(self, key: str, build: Callable[[], Any]) -> Any:
+        """OpenAPI documents are rebuilt only when the set of kinds changes."""
+        cached = self._openapi.get(key)
+        if cached is not None and cached[0] == self.registry.generation:
+            return cached[1]
+        value = build()
+        self._openapi[key] = (self.registry.generation, value)
+        return value

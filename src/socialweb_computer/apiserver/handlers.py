@@ -1,0 +1,452 @@
+"""aiohttp handlers: the HTTP face of one logical cluster.
+
+One catch-all route parses the path (`requests.parse_resource_path`), picks the verb
+from the method and query, and calls the cluster's `Store`. Every failure leaves as a
+`Status` object (see `app.error_middleware`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from socialweb_computer.api import errors
+from socialweb_computer.apiserver import cluster as cluster_mod
+from socialweb_computer.apiserver import discovery, kinds, openapi, printers, protobuf, reviews, validation
+from socialweb_computer.apiserver import requests as req
+from socialweb_computer.apiserver import store as store_mod
+from socialweb_computer.apiserver.patching import PATCH_TYPES, patch_type
+from socialweb_computer.auth import identity
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 3 * 1024 * 1024
+JSON = "application/json"
+BOOKMARK_INTERVAL = 60.0
+
+CLUSTER: web.AppKey[cluster_mod.LogicalCluster] = web.AppKey("cluster", cluster_mod.LogicalCluster)
+USER: str = "socialweb_user"
+
+
+def json_response(body: Any, status: int = 200, *, content_type: str = JSON,
+                  warnings: list[str] | None = None, headers: dict[str, str] | None = None) -> web.Response:
+    response = web.Response(body=orjson.dumps(body), status=status, content_type=content_type.split(";")[0],
+                            headers=headers)
+    if ";" in content_type:
+        response.headers["Content-Type"] = content_type
+    for warning in warnings or []:
+        response.headers.add("Warning", f'299 - "{warning}"')
+    return response
+
+
+def status_response(error: errors.StatusError) -> web.Response:
+    headers = {}
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
+    return json_response(error.to_status(), error.code, headers=headers)
+
+
+def success_status(kind: kinds.KindInfo, name: str, uid: str = "") -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name, "kind": kind.plural}
+    if kind.group:
+        details["group"] = kind.group
+    if uid:
+        details["uid"] = uid
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+# --------------------------------------------------------------------------- non-resource paths
+
+
+def _cluster(request: web.Request) -> cluster_mod.LogicalCluster:
+    return request.app[CLUSTER]
+
+
+def _wants_aggregated(request: web.Request) -> bool:
+    return "as=APIGroupDiscoveryList" in request.headers.get("Accept", "") and "v=v2;" in (
+        request.headers.get("Accept", "").replace(" ", "") + ";")
+
+
+async def handle_discovery(request: web.Request, segments: list[str]) -> web.Response:
+    cluster = _cluster(request)
+    registry = cluster.registry
+    if segments in (["api"], ["apis"]):
+        core = segments == ["api"]
+        if _wants_aggregated(request):
+            doc = discovery.aggregated(registry, core=core)
+            return _cacheable(request, doc, discovery.AGGREGATED_CONTENT_TYPE)
+        doc = (discovery.legacy_core_versions(request.host) if core else discovery.legacy_group_list(registry))
+        return _cacheable(request, doc, JSON)
+    if segments[0] == "api" and len(segments) == 2:
+        doc = discovery.legacy_resource_list(registry, "", segments[1])
+    elif segments[0] == "apis" and len(segments) == 2:
+        doc = discovery.legacy_group(registry, segments[1])
+    else:
+        doc = discovery.legacy_resource_list(registry, segments[1], segments[2])
+    if doc is None:
+        raise errors.resource_not_found_message()
+    return _cacheable(request, doc, JSON)
+
+
+def _cacheable(request: web.Request, doc: dict[str, Any], content_type: str) -> web.Response:
+    tag = discovery.etag(doc)
+    if request.headers.get("If-None-Match") == tag:
+        return web.Response(status=304, headers={"ETag": tag})
+    return json_response(doc, content_type=content_type, headers={"ETag": tag})
+
+
+async def handle_openapi(request: web.Request, segments: list[str]) -> web.StreamResponse:
+    cluster = _cluster(request)
+    rows = cluster.registry.all()
+    if segments == ["openapi", "v2"]:
+        accept = request.headers.get("Accept", "")
+        if "protobuf" in accept and JSON not in accept and "*/*" not in accept:
+            raise errors.not_acceptable("only the following media types are accepted: application/json")
+        return json_response(cluster.openapi_cache("v2", lambda: openapi.v2_document(rows)))
+    if segments == ["openapi", "v3"]:
+        return json_response(cluster.openapi_cache("v3", lambda: openapi.v3_index(rows)))
+    group_version = "/".join(segments[2:])
+    if group_version.startswith("api/"):
+        gv = group_version[len("api/"):]
+    elif group_version.startswith("apis/"):
+        gv = group_version[len("apis/"):]
+    else:
+        raise errors.resource_not_found_message()
+    if not any(k.group_version == gv for k in rows):
+        raise errors.resource_not_found_message()
+    doc = cluster.openapi_cache(f"v3:{gv}", lambda: openapi.v3_document(gv, rows))
+    headers = {}
+    if request.query.get("hash"):
+        headers["Cache-Control"] = "public, immutable"
+        headers["Expires"] = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 365 * 86400))
+    else:
+        headers["Cache-Control"] = "no-cache, private"
+    return json_response(doc, headers=headers)
+
+
+def root_paths(cluster: cluster_mod.LogicalCluster) -> dict[str, Any]:
+    paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2", "/openapi/v3", "/readyz",
+             "/version"]
+    for group in cluster.registry.groups():
+        paths.append(f"/apis/{group}")
+        paths.extend(f"/apis/{group}/{v}" for v in cluster.registry.versions_of(group))
+    return {"paths": sorted(paths)}
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+async def read_body(request: web.Request) -> bytes:
+    if request.content_length is not None and request.content_length > MAX_BODY:
+        raise errors.entity_too_large()
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(65536):
+        body.extend(chunk)
+        if len(body) > MAX_BODY:
+            raise errors.entity_too_large()
+    return bytes(body)
+
+
+async def decode_object(request: web.Request) -> tuple[dict[str, Any], tuple[str, ...]]:
+    raw = await read_body(request)
+    content_type = request.headers.get("Content-Type", JSON).split(";")[0].strip().lower()
+    if protobuf.is_protobuf(content_type):
+        return protobuf.decode(raw), ()
+    if content_type not in (JSON, "application/yaml", "application/x-yaml", "text/yaml", "*/*", ""):
+        raise errors.unsupported_media_type()
+    if not raw.strip():
+        raise errors.bad_request("the request body is empty; expected a JSON or YAML object")
+    obj, duplicates = validation.decode_body(raw, content_type or JSON)
+    return obj, tuple(duplicates)
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def _table_wanted(request: web.Request) -> bool:
+    return printers.parse_accept_table(request.headers.get("Accept", ""))
+
+
+def _include_object(request: web.Request) -> str:
+    value = request.query.get("includeObject", "Metadata")
+    if value not in ("None", "Metadata", "Object"):
+        raise errors.bad_request(f"includeObject: Unsupported value: \"{value}\"")
+    return value
+
+
+def _write_options(request: web.Request, sub: str) -> store_mod.WriteOptions:
+    manager = request.query.get("fieldManager", "")
+    if len(manager) > 128:
+        raise errors.bad_request("fieldManager: Too long: may not be more than 128 bytes")
+    return store_mod.WriteOptions(dry_run=req.dry_run(request), field_manager=manager,
+                                  field_validation=req.field_validation(request),
+                                  force=req.query_flag(request, "force"), subresource=sub)
+
+
+def _default_manager(request: web.Request, options: store_mod.WriteOptions) -> store_mod.WriteOptions:
+    if options.field_manager:
+        return options
+    from socialweb_computer.apiserver import managedfields
+
+    agent = request.headers.get("User-Agent", "")
+    manager = managedfields.default_manager(agent) if agent else "unknown"
+    return store_mod.WriteOptions(dry_run=options.dry_run, field_manager=manager,
+                                  field_validation=options.field_validation, force=options.force,
+                                  subresource=options.subresource)
+
+
+async def _delete_options(request: web.Request) -> store_mod.DeleteOptions:
+    raw = await read_body(request)
+    body: dict[str, Any] = {}
+    if raw.strip():
+        content_type = request.headers.get("Content-Type", JSON).split(";")[0].strip()
+        if protobuf.is_protobuf(content_type):
+            body = protobuf.decode(raw)
+        else:
+            body, _ = validation.decode_body(raw, content_type or JSON)
+    grace = body.get("gracePeriodSeconds")
+    if grace is None:
+        grace = req.int_query(request, "gracePeriodSeconds")
+    policy = body.get("propagationPolicy") or request.query.get("propagationPolicy") or None
+    if policy is not None and policy not in ("Orphan", "Background", "Foreground"):
+        raise errors.bad_request(f"propagationPolicy: Unsupported value: \"{policy}\": supported values: "
+                                 "\"Foreground\", \"Background\", \"Orphan\"")
+    orphan = body.get("orphanDependents")
+    if orphan is None and "orphanDependents" in request.query:
+        orphan = req.query_flag(request, "orphanDependents")
+    preconditions = body.get("preconditions") or {}
+    dry = body.get("dryRun") or request.query.getall("dryRun", [])
+    for value in dry:
+        if value != "All":
+            raise errors.bad_request(f"dryRun: Unsupported value: \"{value}\": supported values: \"All\"")
+    return store_mod.DeleteOptions(dry_run=bool(dry), grace_period_seconds=grace, propagation_policy=policy,
+                                   orphan_dependents=orphan, precondition_uid=preconditions.get("uid"),
+                                   precondition_resource_version=preconditions.get("resourceVersion"))
+
+
+def _render(request: web.Request, kind: kinds.KindInfo, obj: dict[str, Any], status: int = 200,
+            warnings: list[str] | None = None) -> web.Response:
+    if _table_wanted(request) and request.method == "GET":
+        return json_response(printers.build_table(kind, [obj], include_object=_include_object(request)),
+                             status, warnings=warnings)
+    return json_response(obj, status, warnings=warnings)
+
+
+async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.StreamResponse:
+    cluster = _cluster(request)
+    kind = cluster.registry.lookup(rr.group, rr.version, rr.plural)
+    if kind is None:
+        raise errors.resource_not_found_message()
+    if rr.namespace and not kind.namespaced:
+        raise errors.resource_not_found_message()
+    if not kind.namespaced and rr.namespace:
+        raise errors.resource_not_found_message()
+    if kind.verbs == ("create",):
+        return await reviews.handle(request, cluster, kind, rr, decode_object)
+    store = cluster.store
+    method = request.method
+    if rr.subresource:
+        return await handle_subresource(request, cluster, kind, rr)
+    if rr.is_collection:
+        if method == "GET":
+            if req.query_flag(request, "watch"):
+                return await handle_watch(request, kind, rr.namespace)
+            listed = await store.list(kind, rr.namespace, req.list_options(request))
+            if _table_wanted(request):
+                table = printers.build_table(kind, listed["items"], include_object=_include_object(request),
+                                             list_meta=listed["metadata"])
+                return json_response(table)
+            return json_response(listed)
+        if method == "POST":
+            obj, duplicates = await decode_object(request)
+            options = _default_manager(request, _write_options(request, ""))
+            result = await store.create(kind, rr.namespace, obj, options, raw_duplicates=duplicates)
+            return json_response(result.object, 201, warnings=result.warnings)
+        if method == "DELETE":
+            options = await _delete_options(request)
+            deleted = await store.delete_collection(kind, rr.namespace, req.list_options(request), options)
+            return json_response(deleted)
+        raise errors.method_not_allowed()
+    if method == "GET":
+        if req.query_flag(request, "watch"):
+            raise errors.bad_request("watch of a single object is done with a fieldSelector on the collection")
+        obj = await store.get(kind, rr.namespace, rr.name, resource_version=request.query.get("resourceVersion", ""))
+        return _render(request, kind, obj)
+    if method == "PUT":
+        obj, duplicates = await decode_object(request)
+        options = _default_manager(request, _write_options(request, ""))
+        result = await store.update(kind, rr.namespace, rr.name, obj, options, raw_duplicates=duplicates)
+        return json_response(result.object, 201 if result.created else 200, warnings=result.warnings)
+    if method == "PATCH":
+        return await _patch(request, kind, rr, "")
+    if method == "DELETE":
+        options = await _delete_options(request)
+        obj, code = await store.delete(kind, rr.namespace, rr.name, options)
+        return json_response(obj, code)
+    raise errors.method_not_allowed()
+
+
+async def _patch(request: web.Request, kind: kinds.KindInfo, rr: req.ResourceRequest, sub: str) -> web.Response:
+    content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+    ptype = patch_type(content_type)
+    body = await read_body(request)
+    options = _write_options(request, sub)
+    if ptype != "apply":
+        options = _default_manager(request, options)
+        if req.query_flag(request, "force"):
+            raise errors.bad_request("force: Forbidden: may not be specified for non-apply patch")
+    result = await _cluster(request).store.patch(kind, rr.namespace, rr.name, ptype, body, options,
+                                                 user_agent=request.headers.get("User-Agent", ""))
+    return json_response(result.object, 201 if result.created else 200, warnings=result.warnings)
+
+
+async def handle_subresource(request: web.Request, cluster: cluster_mod.LogicalCluster, kind: kinds.KindInfo,
+                             rr: req.ResourceRequest) -> web.StreamResponse:
+    if not kind.has_subresource(rr.subresource):
+        raise errors.resource_not_found_message()
+    handler = cluster.subresource_handlers.get(rr.subresource)
+    if handler is not None:
+        return await handler(request, cluster, kind, rr)
+    if rr.subresource == "status":
+        store = cluster.store
+        if request.method == "GET":
+            return _render(request, kind, await store.get(kind, rr.namespace, rr.name))
+        if request.method == "PUT":
+            obj, duplicates = await decode_object(request)
+            options = _default_manager(request, _write_options(request, "status"))
+            result = await store.update(kind, rr.namespace, rr.name, obj, options, raw_duplicates=duplicates)
+            return json_response(result.object, warnings=result.warnings)
+        if request.method == "PATCH":
+            return await _patch(request, kind, rr, "status")
+        raise errors.method_not_allowed()
+    raise errors.StatusError(501, "NotImplemented",
+                             f"the {rr.subresource} subresource of {kind.plural} is not served by this server yet")
+
+
+# --------------------------------------------------------------------------- watch
+
+
+async def handle_watch(request: web.Request, kind: kinds.KindInfo, namespace: str) -> web.StreamResponse:
+    store = _cluster(request).store
+    options = req.list_options(request)
+    bookmarks = req.query_flag(request, "allowWatchBookmarks")
+    send_initial: bool | None = None
+    if "sendInitialEvents" in request.query:
+        send_initial = req.query_flag(request, "sendInitialEvents")
+        if send_initial and not bookmarks:
+            raise errors.invalid("ListOptions", "", [errors.Cause(
+                "FieldValueForbidden", "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
+                "allowWatchBookmarks")], "meta.k8s.io")
+        if options.resource_version_match != "NotOlderThan":
+            raise errors.invalid("ListOptions", "", [errors.Cause(
+                "FieldValueForbidden", "Forbidden: sendInitialEvents is forbidden for watch unless "
+                "resourceVersionMatch is set to NotOlderThan", "resourceVersionMatch")], "meta.k8s.io")
+    elif options.resource_version_match:
+        raise errors.bad_request("resourceVersionMatch is forbidden for watch")
+    timeout = req.int_query(request, "timeoutSeconds")
+    table = _table_wanted(request)
+    include = _include_object(request) if table else "Metadata"
+    try:
+        events = await store.watch(kind, namespace, options, send_initial_events=send_initial)
+    except errors.StatusError as e:
+        if e.code != 410:
+            raise
+        events = None
+        expired = e
+    response = web.StreamResponse(status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    if events is None:
+        await response.write(orjson.dumps({"type": "ERROR", "object": expired.to_status()}) + b"\n")
+        return response
+
+    deadline = asyncio.get_running_loop().time() + timeout if timeout else None
+    last_revision = int(options.resource_version or 0) if (options.resource_version or "0").isdigit() else 0
+    iterator = events.__aiter__()
+    next_event: asyncio.Task[store_mod.WatchEvent] | None = None
+    try:
+        while True:
+            wait = BOOKMARK_INTERVAL if bookmarks else None
+            if deadline is not None:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                wait = remaining if wait is None else min(wait, remaining)
+            if next_event is None:
+                next_event = asyncio.ensure_future(iterator.__anext__())
+            done, _ = await asyncio.wait({next_event}, timeout=wait)
+            if not done:
+                if bookmarks and last_revision:
+                    event = store.bookmark(kind, last_revision)
+                    await response.write(orjson.dumps({"type": "BOOKMARK", "object": event.object}) + b"\n")
+                continue
+            try:
+                event = next_event.result()
+            except StopAsyncIteration:
+                break
+            except errors.StatusError as e:
+                await response.write(orjson.dumps({"type": "ERROR", "object": e.to_status()}) + b"\n")
+                break
+            except Exception as e:
+                from socialweb_computer.storage import base as storage
+
+                if isinstance(e, storage.StorageError):
+                    status = errors.gone(f"watch ended: {e}; re-list to continue").to_status()
+                    await response.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+                    break
+                raise
+            finally:
+                if next_event.done():
+                    next_event = None
+            last_revision = max(last_revision, event.revision)
+            if event.type == "BOOKMARK" and not bookmarks:
+                continue
+            obj = event.object
+            if table and event.type != "BOOKMARK":
+                obj = printers.build_table(kind, [obj], include_object=include)
+            await response.write(orjson.dumps({"type": event.type, "object": obj}) + b"\n")
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    finally:
+        if next_event is not None:
+            next_event.cancel()
+            with contextlib.suppress(BaseException):
+                await next_event
+        await events.aclose()  # type: ignore[attr-defined]
+    return response
+
+
+# --------------------------------------------------------------------------- entry
+
+
+async def dispatch(request: web.Request) -> web.StreamResponse:
+    segments = [s for s in request.path.split("/") if s]
+    if not segments:
+        return json_response(root_paths(_cluster(request)))
+    head = segments[0]
+    if head in ("healthz", "livez", "readyz"):
+        return web.Response(text="ok", content_type="text/plain")
+    if head == "version" and len(segments) == 1:
+        return json_response(discovery.version_info())
+    if head == "openapi":
+        return await handle_openapi(request, segments)
+    if head in ("api", "apis"):
+        is_discovery = (head == "api" and len(segments) <= 2) or (head == "apis" and len(segments) <= 3)
+        if is_discovery:
+            if request.method != "GET":
+                raise errors.method_not_allowed()
+            return await handle_discovery(request, segments)
+        rr = req.parse_resource_path(segments)
+        if rr is None:
+            raise errors.resource_not_found_message()
+        return await handle_resource(request, rr)
+    raise errors.resource_not_found_message()
+
+
+__all__ = ["CLUSTER", "PATCH_TYPES", "dispatch", "identity"]

@@ -1,0 +1,361 @@
+"""Build step: generate the protobuf field table from Debian's Kubernetes API packages.
+
+Run as `python -m socialweb_computer.apiserver.protobuf.build` (the project's install
+and test scripts do). kubectl sends typed objects as protobuf; to decode them the
+server needs every message's field numbers, types and JSON names. Rather than
+copying `.proto` files or typing tables into the repository, this step:
+
+1. downloads Debian's `golang-k8s-api-dev` and `golang-k8s-apimachinery-dev` (which
+   carry the upstream `generated.proto` files and the Go API types) with
+   `apt-get download`, using a private sources list and state directory so the
+   system's apt configuration is never touched; the mirror is the one the system's
+   own apt sources already use, with the suite swapped (default: trixie);
+2. unpacks them with `dpkg-deb -x` into a temporary directory;
+3. parses the `.proto` files (`protofile.py`) for field numbers and wire types and
+   the Go struct tags beside them (`gotypes.py`) for JSON names, `omitempty`,
+   pointers and inlined structs;
+4. writes `generated/fields.json` next to this module (gitignored).
+
+It is idempotent: when the table exists and was made by the same builder from the
+same inputs, it returns at once without touching the network; downloaded `.deb`
+files are cached (default `.tools/cache/k8s-protobuf` in the repository) so a
+rebuild after a code change needs no network either. `--force` rebuilds from the
+cached packages, `--refresh` downloads them again.
+
+Debian trixie carries 0.32.x of these libraries, i.e. the Kubernetes 1.32 API:
+fields added in 1.33 and later are not in the table; the decoder reports them
+(see `decode.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from socialweb_computer.apiserver.protobuf import gotypes, protofile
+
+PACKAGES = ("golang-k8s-api-dev", "golang-k8s-apimachinery-dev")
+DEFAULT_SUITE = "trixie"
+FORMAT = 1
+MIRROR_ENV = "SOCIALWEB_DEBIAN_MIRROR"
+
+HERE = Path(__file__).resolve().parent
+OUTPUT = HERE / "generated" / "fields.json"
+GO_SRC = Path("usr/share/gocode/src")
+# Upstream's own test group; no client sends it.
+SKIPPED_DIRS = ("testapigroup",)
+# Suites of Debian's main archive (not security, not backports) that can supply a mirror URI.
+_DEBIAN_SUITE = re.compile(r"^(oldstable|stable|testing|unstable|sid|experimental|[a-z]+)(-updates)?$")
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def _log(message: str) -> None:
+    print(f"protobuf-build: {message}", file=sys.stderr)
+
+
+def repo_root() -> Path | None:
+    """The source checkout this module runs from, if any (editable installs)."""
+    root = HERE.parents[3]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def default_cache_dir() -> Path:
+    root = repo_root()
+    if root is not None:
+        return root / ".tools" / "cache" / "k8s-protobuf"
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return cache_home / "socialweb-computer" / "k8s-protobuf"
+
+
+def builder_stamp(suite: str) -> str:
+    """Changes whenever the builder's code or its inputs' names change."""
+    digest = hashlib.sha256()
+    for name in ("build.py", "protofile.py", "gotypes.py"):
+        digest.update((HERE / name).read_bytes())
+    digest.update(f"{FORMAT}|{suite}|{','.join(PACKAGES)}".encode())
+    return digest.hexdigest()
+
+
+def is_up_to_date(output: Path, stamp: str) -> bool:
+    try:
+        with output.open("rb") as f:
+            return json.load(f).get("stamp") == stamp
+    except (OSError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------- apt
+
+def _apt_source_files() -> list[Path]:
+    out = subprocess.run(["apt-config", "shell", "LIST", "Dir::Etc::SourceList/f", "PARTS",
+                          "Dir::Etc::SourceParts/d"], capture_output=True, text=True, check=True).stdout
+    values = dict(re.findall(r"^(\w+)='([^']*)'", out, re.MULTILINE))
+    files = [Path(values.get("LIST", "/etc/apt/sources.list"))]
+    parts = Path(values.get("PARTS", "/etc/apt/sources.list.d"))
+    if parts.is_dir():
+        files += sorted(p for p in parts.iterdir() if p.suffix in (".list", ".sources"))
+    return [f for f in files if f.is_file()]
+
+
+def _entries_deb822(text: str) -> Iterable[tuple[str, list[str], list[str], str]]:
+    for stanza in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        key = ""
+        for line in stanza.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            if line[0].isspace() and key:
+                fields[key] += " " + line.strip()
+                continue
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            fields[key] = value.strip()
+        if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes").lower() == "no":
+            continue
+        for uri in fields.get("uris", "").split():
+            yield uri, fields.get("suites", "").split(), fields.get("components", "").split(), \
+                fields.get("signed-by", "")
+
+
+def _entries_one_line(text: str) -> Iterable[tuple[str, list[str], list[str], str]]:
+    for line in text.splitlines():
+        match = re.match(r"^\s*deb\s+(?:\[([^\]]*)\]\s+)?(\S+)\s+(\S+)\s+(.*)$", line)
+        if not match:
+            continue
+        options = dict(o.split("=", 1) for o in (match.group(1) or "").split() if "=" in o)
+        yield match.group(2), [match.group(3)], match.group(4).split(), options.get("signed-by", "")
+
+
+def system_mirror() -> tuple[str, str]:
+    """(URI, Signed-By keyring) of the Debian main archive the system's apt already uses."""
+    override = os.environ.get(MIRROR_ENV)
+    if override:
+        return override, ""
+    for path in _apt_source_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        entries = _entries_deb822(text) if path.suffix == ".sources" else _entries_one_line(text)
+        for uri, suites, components, signed_by in entries:
+            if "main" in components and any(_DEBIAN_SUITE.match(s) for s in suites) \
+                    and uri.rstrip("/").endswith("/debian"):
+                keyring = signed_by if signed_by.startswith("/") and Path(signed_by).is_file() else ""
+                return uri, keyring
+    raise BuildError(f"no Debian archive found in the system's apt sources; set {MIRROR_ENV} to a mirror URI")
+
+
+def _apt_options(state: Path) -> list[str]:
+    """Points every apt path that matters at a private directory."""
+    empty = state / "empty.d"
+    empty.mkdir(exist_ok=True)
+    return [
+        "-o", f"Dir::Etc::SourceList={state / 'k8s-protobuf.sources'}",
+        "-o", f"Dir::Etc::SourceParts={empty}",
+        "-o", "Dir::Etc::Preferences=/dev/null",
+        "-o", f"Dir::Etc::PreferencesParts={empty}",
+        "-o", f"Dir::State::Lists={state / 'lists'}",
+        "-o", f"Dir::Cache={state / 'cache'}",
+        "-o", "Acquire::Languages=none",
+        "-o", "APT::Sandbox::User=root",
+        "-q",
+    ]
+
+
+def download(packages: Iterable[str], suite: str, dest: Path) -> list[Path]:
+    uri, keyring = system_mirror()
+    _log(f"downloading {', '.join(packages)} from Debian {suite}")
+    with tempfile.TemporaryDirectory(prefix="k8s-protobuf-apt-") as tmp:
+        state = Path(tmp)
+        (state / "lists" / "partial").mkdir(parents=True)
+        (state / "cache" / "archives" / "partial").mkdir(parents=True)
+        stanza = f"Types: deb\nURIs: {uri}\nSuites: {suite}\nComponents: main\n"
+        if keyring:
+            stanza += f"Signed-By: {keyring}\n"
+        (state / "k8s-protobuf.sources").write_text(stanza)
+        options = _apt_options(state)
+        _run(["apt-get", *options, "update"])
+        dest.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix="download-", dir=dest))
+        try:
+            _run(["apt-get", *options, "download", *packages], cwd=staging)
+            for package in packages:
+                for old in dest.glob(f"{package}_*.deb"):
+                    old.unlink()
+            for deb in staging.glob("*.deb"):
+                deb.replace(dest / deb.name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return cached_debs(packages, dest)
+
+
+def cached_debs(packages: Iterable[str], cache: Path) -> list[Path]:
+    found = []
+    for package in packages:
+        debs = sorted(cache.glob(f"{package}_*.deb"))
+        if not debs:
+            return []
+        found.append(debs[-1])
+    return found
+
+
+def _run(command: list[str], cwd: Path | None = None) -> str:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"{command[0]} {command[-1]} failed ({result.returncode}):\n{result.stderr.strip()}")
+    return result.stdout
+
+
+def deb_version(deb: Path) -> str:
+    return _run(["dpkg-deb", "-f", str(deb), "Version"]).strip()
+
+
+# ---------------------------------------------------------------- table
+
+def _proto_files(root: Path) -> list[Path]:
+    files = sorted((root / GO_SRC).rglob("generated.proto"))
+    return [f for f in files if not any(part in SKIPPED_DIRS for part in f.parts)]
+
+
+def _flags(go_field: gotypes.GoField | None) -> str:
+    if go_field is None:
+        return ""
+    return "".join(flag for flag, on in (("p", go_field.pointer), ("e", go_field.omitempty),
+                                          ("z", go_field.omitzero), ("i", go_field.inline)) if on)
+
+
+def build_table(root: Path) -> tuple[dict, list[str]]:
+    """Parses every generated.proto under an unpacked package tree; returns (table, warnings)."""
+    warnings: list[str] = []
+    parsed: list[tuple[Path, protofile.ProtoFile, gotypes.GoPackage]] = []
+    for path in _proto_files(root):
+        proto = protofile.parse(path.read_text(encoding="utf-8"))
+        parsed.append((path, proto, gotypes.read_package(path.parent)))
+    enums = {e for _, p, _ in parsed for e in p.enums}
+    known = {m.full_name for _, p, _ in parsed for m in p.messages} | enums
+
+    messages: dict[str, dict] = {}
+    kinds: dict[str, dict[str, str]] = {}
+    meta_kinds: dict[str, str] = {}
+    for path, proto, go in parsed:
+        for message in proto.messages:
+            short = message.full_name[len(proto.package) + 1:]
+            go_fields = go.structs.get(short, {})
+            entry: dict = {"f": []}
+            if short in go.slices:
+                entry["go"] = "slice"
+            elif short in go.maps:
+                entry["go"] = "map"
+            elif short not in go.structs:
+                warnings.append(f"{message.full_name}: no Go struct found; JSON names taken from the .proto")
+            for f in message.fields:
+                go_field = go_fields.get(f.number)
+                if go_field is None and go.structs.get(short) is not None:
+                    warnings.append(f"{message.full_name}.{f.name} = {f.number}: no Go field has that number")
+                name = _json_name(f, go_field)
+                type_name = _resolved(f.type, message.full_name, known, enums)
+                value_type = _resolved(f.value_type, message.full_name, known, enums) if f.value_type else ""
+                label = {"optional": "", "repeated": "r", "map": "m"}[f.label]
+                entry["f"].append([f.number, name, label, type_name, value_type, _flags(go_field)])
+            messages[message.full_name] = entry
+        _register_kinds(path, proto, go, kinds, meta_kinds)
+    table = {"messages": messages, "kinds": kinds, "meta_kinds": meta_kinds}
+    return table, warnings
+
+
+def _json_name(proto_field: protofile.ProtoField, go_field: gotypes.GoField | None) -> str:
+    """The Go json tag wins: go-to-protobuf mangles some names (`uID`, `aPIGroup`, `Webhooks`)."""
+    if go_field is None or not (go_field.json_name or go_field.inline):
+        return proto_field.name
+    return "" if go_field.inline else go_field.json_name
+
+
+def _resolved(type_name: str, scope: str, known: set[str], enums: set[str]) -> str:
+    resolved = protofile.resolve_type(type_name, scope, known)
+    return "int32" if resolved in enums else resolved
+
+
+def _register_kinds(path: Path, proto: protofile.ProtoFile, go: gotypes.GoPackage,
+                    kinds: dict[str, dict[str, str]], meta_kinds: dict[str, str]) -> None:
+    """Records which kinds each group/version registers (from its register.go)."""
+    if go.group_name is None:
+        return
+    version = path.parent.name
+    names = {m.full_name[len(proto.package) + 1:] for m in proto.messages}
+    registered = {k: f"{proto.package}.{k}" for k in go.known_types if k in names}
+    if proto.package == "k8s.io.apimachinery.pkg.apis.meta.v1":
+        meta_kinds.update(registered)
+    group_version = f"{go.group_name}/{version}" if go.group_name else version
+    kinds.setdefault(group_version, {}).update(registered)
+
+
+def build(output: Path, cache: Path, suite: str, force: bool = False, refresh: bool = False) -> bool:
+    """Returns True when it (re)wrote the table."""
+    stamp = builder_stamp(suite)
+    if not (force or refresh) and is_up_to_date(output, stamp):
+        return False
+    debs = [] if refresh else cached_debs(PACKAGES, cache)
+    if not debs:
+        debs = download(PACKAGES, suite, cache)
+    if len(debs) != len(PACKAGES):
+        raise BuildError(f"could not obtain {', '.join(PACKAGES)}")
+    versions = {deb.name.split("_", 1)[0]: deb_version(deb) for deb in debs}
+    with tempfile.TemporaryDirectory(prefix="k8s-protobuf-") as tmp:
+        for deb in debs:
+            _run(["dpkg-deb", "-x", str(deb), tmp])
+        table, warnings = build_table(Path(tmp))
+    for warning in warnings:
+        _log(f"note: {warning}")
+    upstream = versions.get("golang-k8s-api-dev", "").split("-", 1)[0]
+    table = {
+        "format": FORMAT,
+        "stamp": stamp,
+        "source": {"suite": suite, "packages": versions, "kubernetes": _kubernetes_version(upstream)},
+        **table,
+    }
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = output.with_suffix(".json.tmp")
+    tmp_out.write_text(json.dumps(table, separators=(",", ":"), sort_keys=True))
+    tmp_out.replace(output)
+    _log(f"wrote {len(table['messages'])} messages from Kubernetes {table['source']['kubernetes']} "
+         f"({', '.join(f'{k} {v}' for k, v in versions.items())})")
+    return True
+
+
+def _kubernetes_version(library_version: str) -> str:
+    """k8s.io/api v0.X.Y is released together with Kubernetes v1.X.Y."""
+    parts = library_version.split(".")
+    return "1." + ".".join(parts[1:]) if len(parts) >= 2 and parts[0] == "0" else library_version
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m socialweb_computer.apiserver.protobuf.build",
+                                     description="Generate the Kubernetes protobuf field table.")
+    parser.add_argument("--force", action="store_true", help="rebuild even if the table is up to date")
+    parser.add_argument("--refresh", action="store_true", help="download the packages again, then rebuild")
+    parser.add_argument("--suite", default=DEFAULT_SUITE, help="Debian suite to take the packages from")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="where downloaded .deb files are kept")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args(argv)
+    try:
+        cache = args.cache_dir or default_cache_dir()
+        wrote = build(args.output, cache, args.suite, args.force, args.refresh)
+    except (BuildError, protofile.ProtoSyntaxError, OSError, subprocess.CalledProcessError) as exc:
+        _log(f"error: {exc}")
+        return 1
+    if not wrote:
+        _log(f"{args.output.name} is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

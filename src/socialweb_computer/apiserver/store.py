@@ -1,0 +1,788 @@
+"""The generic store: Kubernetes REST semantics over the storage `Backend`.
+
+One `Store` serves one logical cluster. Every kind goes through the same code; what
+differs per kind comes from its `KindInfo` row and its `Strategy`. The write path runs
+the hooks in a fixed order:
+
+    decode → defaults (strategy.prepare_*) → validate (metadata, strategy, schema)
+           → managedFields → compare-and-swap write (skipped under dryRun=All)
+
+Objects are stored as JSON without `metadata.resourceVersion`; the store fills it in
+from the revision of the last write when it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+
+from socialweb_computer.api import errors, objects
+from socialweb_computer.api.errors import Cause, StatusError
+from socialweb_computer.apiserver import keys, kinds, managedfields, schemas, selectors, strategies, structural
+from socialweb_computer.apiserver import patching, registry as registry_mod
+from socialweb_computer.apiserver.patching import apply as ssa
+from socialweb_computer.apiserver.strategies import base as strategy_base
+from socialweb_computer.storage import base as storage
+
+log = logging.getLogger(__name__)
+
+Object = dict[str, Any]
+# Fields the server owns: a client's values are dropped on create and carried over on update.
+_SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
+_UNCONDITIONAL_CAS_RETRIES = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteOptions:
+    dry_run: bool = False
+    field_manager: str = ""
+    field_validation: str = "Strict"
+    force: bool = False
+    subresource: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteOptions:
+    dry_run: bool = False
+    grace_period_seconds: int | None = None
+    propagation_policy: str | None = None
+    orphan_dependents: bool | None = None
+    precondition_uid: str | None = None
+    precondition_resource_version: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ListOptions:
+    label_selector: str = ""
+    field_selector: str = ""
+    limit: int = 0
+    continue_token: str = ""
+    resource_version: str = ""
+    resource_version_match: str = ""
+
+
+@dataclasses.dataclass
+class WriteResult:
+    object: Object
+    created: bool = False
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+    object: Object
+    revision: int
+
+
+class Filter:
+    """Label and field selectors of one list or watch request, validated for the kind."""
+
+    def __init__(self, kind: kinds.KindInfo, label_selector: str, field_selector: str) -> None:
+        self.labels = selectors.parse_label_selector(label_selector) if label_selector else None
+        self.fields = selectors.parse_field_selector(field_selector) if field_selector else None
+        if self.fields is not None:
+            self.fields.validate(kind.group, kind.kind)
+
+    @property
+    def empty(self) -> bool:
+        return self.labels is None and self.fields is None
+
+    def matches(self, obj: Object) -> bool:
+        if self.labels is not None and not self.labels.matches(obj.get("metadata", {}).get("labels") or {}):
+            return False
+        return self.fields is None or self.fields.matches(obj)
+
+
+def encode(obj: Object) -> bytes:
+    meta = obj.get("metadata", {})
+    rv = meta.pop("resourceVersion", None)
+    try:
+        return orjson.dumps(obj)
+    finally:
+        if rv is not None:
+            meta["resourceVersion"] = rv
+
+
+def decode(kv: storage.KeyValue) -> Object:
+    obj = orjson.loads(kv.value)
+    obj.setdefault("metadata", {})["resourceVersion"] = str(kv.mod_revision)
+    return obj
+
+
+def _parse_rv(value: str, what: str = "resourceVersion") -> int:
+    try:
+        rv = int(value)
+    except ValueError:
+        raise errors.bad_request(f"invalid {what}: {value!r}") from None
+    if rv < 0:
+        raise errors.bad_request(f"invalid {what}: {value!r}")
+    return rv
+
+
+def encode_continue(revision: int, start_key: str) -> str:
+    token = orjson.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start_key})
+    return base64.urlsafe_b64encode(token).decode().rstrip("=")
+
+
+def decode_continue(token: str, prefix: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        data = orjson.loads(raw)
+        revision, start = int(data["rv"]), str(data["start"])
+        if data.get("v") != "meta.k8s.io/v1":
+            raise ValueError
+    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+        raise errors.bad_request("invalid continue token: the continue token is not valid") from None
+    if not start.startswith(prefix):
+        raise errors.bad_request("continue key is not valid: the continue token was issued for another list")
+    return revision, start
+
+
+_CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - "
+    "objects that were created, modified, or deleted between the time the first chunk was returned and "
+    "now may show up in the list.")
+
+
+class Store:
+    """REST semantics for every kind of one logical cluster."""
+
+    def __init__(self, cluster: str, backend: storage.Backend, registry: registry_mod.Registry) -> None:
+        self.cluster = cluster
+        self.backend = backend
+        self.registry = registry
+        # Called after a committed write: (kind, type, new, old). Controllers and the CRD
+        # registry hang off this; it must not raise.
+        self.after_write: list[Callable[[kinds.KindInfo, str, Object | None, Object | None], None]] = []
+
+    # ---------------------------------------------------------------- helpers
+
+    def key(self, kind: kinds.KindInfo, namespace: str, name: str) -> str:
+        return keys.object_key(self.cluster, kind, namespace, name)
+
+    def _finish(self, kind: kinds.KindInfo, obj: Object) -> Object:
+        obj["apiVersion"] = kind.api_version
+        obj["kind"] = kind.kind
+        return obj
+
+    @staticmethod
+    def schema_of(kind: kinds.KindInfo) -> schemas.Schema | None:
+        if kind.schema is not None:
+            return kind.schema
+        return schemas.definitions().get(kind.definition) if kind.definition else None
+
+    def _notify(self, kind: kinds.KindInfo, event: str, new: Object | None, old: Object | None) -> None:
+        for hook in self.after_write:
+            try:
+                hook(kind, event, new, old)
+            except Exception:  # a broken hook must never fail an acknowledged write
+                log.exception("after-write hook failed for %s", kind.plural)
+
+    async def _get_kv(self, kind: kinds.KindInfo, namespace: str, name: str) -> storage.KeyValue:
+        kv = await self.backend.get(self.key(kind, namespace, name))
+        if kv is None:
+            raise errors.not_found(kind.plural, name, kind.group)
+        return kv
+
+    async def _require_namespace(self, kind: kinds.KindInfo, namespace: str) -> None:
+        if not kind.namespaced:
+            return
+        ns_kind = self.registry.lookup("", "v1", "namespaces")
+        assert ns_kind is not None
+        kv = await self.backend.get(self.key(ns_kind, "", namespace))
+        if kv is None:
+            raise errors.not_found("namespaces", namespace)
+        ns = orjson.loads(kv.value)
+        if ns.get("metadata", {}).get("deletionTimestamp") or ns.get("status", {}).get("phase") == "Terminating":
+            raise StatusError(403, "Forbidden",
+                              f"{kind.plural} \"{{name}}\" is forbidden: unable to create new content in "
+                              f"namespace {namespace} because it is being terminated",
+                              {"kind": kind.plural,
+                               "causes": [{"reason": "NamespaceTerminating",
+                                           "message": f"namespace {namespace} is being terminated",
+                                           "field": "metadata.namespace"}]})
+
+    # ---------------------------------------------------------------- reads
+
+    async def get(self, kind: kinds.KindInfo, namespace: str, name: str, *, resource_version: str = "") -> Object:
+        revision = _parse_rv(resource_version) if resource_version not in ("", "0") else 0
+        try:
+            kv = await self.backend.get(self.key(kind, namespace, name), revision=revision)
+        except storage.CompactedError as e:
+            raise errors.gone(f"too old resource version: {e.requested} ({e.compacted})") from None
+        except storage.FutureRevisionError:
+            raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}) from None
+        if kv is None:
+            raise errors.not_found(kind.plural, name, kind.group)
+        return self._finish(kind, decode(kv))
+
+    async def list(self, kind: kinds.KindInfo, namespace: str, options: ListOptions) -> Object:
+        flt = Filter(kind, options.label_selector, options.field_selector)
+        prefix = keys.collection_prefix(self.cluster, kind, namespace)
+        revision, start_after = 0, ""
+        if options.continue_token:
+            revision, start_after = decode_continue(options.continue_token, prefix)
+        elif options.resource_version and options.resource_version != "0":
+            rv = _parse_rv(options.resource_version)
+            if options.resource_version_match == "Exact":
+                revision = rv
+            elif rv > await self.backend.current_revision():
+                raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1})
+        elif options.resource_version_match == "Exact":
+            raise errors.bad_request("resourceVersionMatch: Forbidden: resourceVersionMatch \"Exact\" is "
+                                     "forbidden for resourceVersion \"0\"")
+        items: list[Object] = []
+        last_key = start_after
+        more = False
+        limit = options.limit if options.limit > 0 else 0
+        while True:
+            try:
+                page = await self.backend.list(prefix, start_after=last_key, revision=revision,
+                                               limit=(limit - len(items)) if limit else 0)
+            except storage.CompactedError:
+                if options.continue_token:
+                    raise errors.gone(_CONTINUE_EXPIRED) from None
+                raise errors.gone("The resourceVersion for the provided list is too old.") from None
+            except storage.FutureRevisionError:
+                raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}) from None
+            revision = page.revision
+            for kv in page.items:
+                last_key = kv.key
+                obj = decode(kv)
+                if flt.matches(obj):
+                    items.append(obj if not kind.custom else self._finish(kind, obj))
+            if not page.more:
+                break
+            if limit and len(items) >= limit:
+                more = True
+                break
+        metadata: dict[str, Any] = {"resourceVersion": str(revision)}
+        if more:
+            metadata["continue"] = encode_continue(revision, last_key)
+            if flt.empty:
+                remaining = await self._remaining(prefix, last_key, revision)
+                if remaining:
+                    metadata["remainingItemCount"] = remaining
+        return {"kind": kind.list_kind, "apiVersion": kind.api_version, "metadata": metadata, "items": items}
+
+    async def _remaining(self, prefix: str, last_key: str, revision: int) -> int:
+        page = await self.backend.list(prefix, start_after=last_key, revision=revision)
+        return len(page.items)
+
+    # ---------------------------------------------------------------- create
+
+    async def create(self, kind: kinds.KindInfo, namespace: str, obj: Object, options: WriteOptions,
+                     *, raw_duplicates: tuple[str, ...] = ()) -> WriteResult:
+        warnings = self._check_fields(kind, obj, raw_duplicates, options)
+        self._check_type_meta(kind, obj)
+        meta = objects.meta(obj)
+        if kind.namespaced:
+            if meta.get("namespace") and namespace and meta["namespace"] != namespace:
+                raise errors.bad_request("the namespace of the provided object does not match the namespace "
+                                         "sent on the request")
+            meta["namespace"] = namespace or meta.get("namespace", "")
+            namespace = meta["namespace"]
+        else:
+            meta.pop("namespace", None)
+        if meta.get("resourceVersion"):
+            raise errors.bad_request("resourceVersion should not be set on objects to be created")
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = objects.generate_name(meta["generateName"])
+        for field in _SYSTEM_META:
+            meta.pop(field, None)
+        meta["uid"] = objects.new_uid()
+        meta["creationTimestamp"] = objects.rfc3339(objects.now())
+        strategy = strategies.for_kind(kind.group, kind.kind)
+        if kind.has_subresource("status") and not strategy.keep_status_on_create:
+            obj.pop("status", None)
+        if self._tracks_generation(kind):
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
+        strategy.prepare_for_create(obj)
+        self._validate(kind, strategy, obj, None)
+        if kind.namespaced and namespace:
+            await self._require_namespace(kind, namespace)
+        if options.field_manager or "managedFields" not in meta:
+            self._track(kind, None, obj, options)
+        if options.dry_run:
+            if await self.backend.get(self.key(kind, namespace, meta["name"])) is not None:
+                raise errors.already_exists(kind.plural, meta["name"], kind.group)
+            return WriteResult(self._finish(kind, obj), created=True, warnings=warnings)
+        try:
+            written = await self.backend.create(self.key(kind, namespace, meta["name"]), encode(obj))
+        except storage.KeyExistsError:
+            raise errors.already_exists(kind.plural, meta["name"], kind.group) from None
+        meta["resourceVersion"] = str(written.kv.mod_revision)
+        self._finish(kind, obj)
+        self._notify(kind, "ADDED", obj, None)
+        return WriteResult(obj, created=True, warnings=warnings)
+
+    @staticmethod
+    def _tracks_generation(kind: kinds.KindInfo) -> bool:
+        if kind.custom:
+            return True
+        schema = schemas.resolve(Store.schema_of(kind))
+        return bool(schema and "spec" in (schema.get("properties") or {}))
+
+    def _check_type_meta(self, kind: kinds.KindInfo, obj: Object) -> None:
+        api_version, obj_kind = obj.get("apiVersion"), obj.get("kind")
+        if obj_kind and obj_kind != kind.kind:
+            raise errors.bad_request(f"the API version in the data ({api_version}) does not match the expected "
+                                     f"API version ({kind.api_version})" if api_version != kind.api_version
+                                     else f"{obj_kind} in version \"{kind.version}\" cannot be handled as a "
+                                     f"{kind.kind}: no kind \"{obj_kind}\" is registered for version "
+                                     f"\"{api_version}\"")
+        if api_version and api_version != kind.api_version:
+            raise errors.bad_request(f"the API version in the data ({api_version}) does not match the expected "
+                                     f"API version ({kind.api_version})")
+
+    def _check_fields(self, kind: kinds.KindInfo, obj: Object, duplicates: tuple[str, ...],
+                      options: WriteOptions) -> list[str]:
+        from socialweb_computer.apiserver import validation
+
+        if kind.custom:
+            pruned = structural.prune(obj, kind.schema or {}) if kind.schema else []
+            return validation.report_fields(pruned, list(duplicates), mode=options.field_validation,
+                                            kind=kind.kind, version=kind.version)
+        return validation.check_fields(obj, list(duplicates), self.schema_of(kind), mode=options.field_validation,
+                                       kind=kind.kind, version=kind.version)
+
+    def _validate(self, kind: kinds.KindInfo, strategy: strategy_base.Strategy, obj: Object,
+                  old: Object | None) -> None:
+        causes = strategy_base.validate_metadata(obj, namespaced=kind.namespaced, name_format=strategy.name_format)
+        if old is None:
+            causes += strategy.validate(obj)
+        else:
+            causes += strategy.validate_update(obj, old)
+            old_meta, new_meta = old.get("metadata", {}), obj.get("metadata", {})
+            if new_meta.get("name") != old_meta.get("name"):
+                causes.append(strategy_base.immutable("metadata.name", new_meta.get("name")))
+        if kind.custom and kind.schema:
+            structural.apply_defaults(obj, kind.schema)
+            causes += structural.validate(obj, kind.schema)
+        if causes:
+            raise errors.invalid(kind.kind, obj.get("metadata", {}).get("name", ""), causes, kind.group)
+
+    def _track(self, kind: kinds.KindInfo, old: Object | None, new: Object, options: WriteOptions) -> None:
+        manager = options.field_manager or "unknown"
+        managedfields.update(old, new, manager=manager, api_version=kind.api_version,
+                             now=objects.rfc3339(objects.now()), schema=self.schema_of(kind),
+                             subresource=options.subresource)
+
+    # ---------------------------------------------------------------- update
+
+    async def update(self, kind: kinds.KindInfo, namespace: str, name: str, obj: Object, options: WriteOptions,
+                     *, raw_duplicates: tuple[str, ...] = ()) -> WriteResult:
+        warnings = self._check_fields(kind, obj, raw_duplicates, options)
+        self._check_type_meta(kind, obj)
+        meta = objects.meta(obj)
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the "
+                                     f"URL ({name})")
+        meta["name"] = name
+        if kind.namespaced:
+            if meta.get("namespace") and meta["namespace"] != namespace:
+                raise errors.bad_request("the namespace of the provided object does not match the namespace "
+                                         "sent on the request")
+            meta["namespace"] = namespace
+        expected = _parse_rv(meta["resourceVersion"]) if meta.get("resourceVersion") else 0
+        for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
+            kv = await self._get_kv(kind, namespace, name)
+            if expected and kv.mod_revision != expected:
+                raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT)
+            old = decode(kv)
+            try:
+                result = await self._write_update(kind, namespace, old, copy.deepcopy(obj), kv, options)
+            except storage.RevisionMismatchError:
+                if expected or attempt == _UNCONDITIONAL_CAS_RETRIES - 1:
+                    raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT) from None
+                continue
+            result.warnings = warnings
+            return result
+        raise AssertionError("unreachable")
+
+    def _merge_for_subresource(self, kind: kinds.KindInfo, new: Object, old: Object, subresource: str) -> Object:
+        """Status writes change only status; main-resource writes never change status."""
+        if subresource == "status":
+            merged = copy.deepcopy(old)
+            if "status" in new:
+                merged["status"] = new["status"]
+            else:
+                merged.pop("status", None)
+            # Labels, annotations and finalizers may not change through status (keep the old ones).
+            return merged
+        if kind.has_subresource("status"):
+            if "status" in old:
+                new["status"] = old["status"]
+            else:
+                new.pop("status", None)
+        return new
+
+    async def _write_update(self, kind: kinds.KindInfo, namespace: str, old: Object, new: Object,
+                            kv: storage.KeyValue, options: WriteOptions) -> WriteResult:
+        new = self._merge_for_subresource(kind, new, old, options.subresource)
+        old_meta, meta = old.get("metadata", {}), objects.meta(new)
+        for field in _SYSTEM_META:
+            if field in old_meta:
+                meta[field] = old_meta[field]
+            else:
+                meta.pop(field, None)
+        meta["resourceVersion"] = old_meta.get("resourceVersion")
+        if old_meta.get("deletionTimestamp"):
+            # Finalizers may only be removed from an object being deleted.
+            added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+            if added:
+                raise errors.invalid(kind.kind, meta.get("name", ""), [Cause(
+                    "FieldValueForbidden", f"Forbidden: no new finalizers can be added if the object is being "
+                    f"deleted, found new finalizers {sorted(added)}", "metadata.finalizers")], kind.group)
+        strategy = strategies.for_kind(kind.group, kind.kind)
+        if not options.subresource:
+            strategy.prepare_for_update(new, old)
+        self._validate(kind, strategy, new, old)
+        if self._tracks_generation(kind):
+            generation = old_meta.get("generation", 1)
+            if self._spec_changed(kind, new, old):
+                generation += 1
+            meta["generation"] = generation
+        if "managedFields" not in meta or meta.get("managedFields") == old_meta.get("managedFields"):
+            meta["managedFields"] = copy.deepcopy(old_meta.get("managedFields", []))
+            self._track(kind, old, new, options)
+        if self._same(new, old):
+            return WriteResult(self._finish(kind, old))
+        if options.dry_run:
+            return WriteResult(self._finish(kind, new))
+        if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            # The last finalizer is gone: the object goes away now.
+            deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
+            meta["resourceVersion"] = str(deleted.revision)
+            self._finish(kind, new)
+            self._notify(kind, "DELETED", None, new)
+            return WriteResult(new)
+        written = await self.backend.update(kv.key, encode(new), expected_revision=kv.mod_revision)
+        meta["resourceVersion"] = str(written.kv.mod_revision)
+        self._finish(kind, new)
+        self._notify(kind, "MODIFIED", new, old)
+        return WriteResult(new)
+
+    @staticmethod
+    def _spec_changed(kind: kinds.KindInfo, new: Object, old: Object) -> bool:
+        ignore = {"metadata", "status", "apiVersion", "kind"}
+        return {k: v for k, v in new.items() if k not in ignore} != {k: v for k, v in old.items() if k not in ignore}
+
+    @staticmethod
+    def _same(new: Object, old: Object) -> bool:
+        """An update that changes nothing is not written (no new resourceVersion), as in Kubernetes."""
+        def strip(o: Object) -> Object:
+            out = {k: v for k, v in o.items() if k not in ("apiVersion", "kind")}
+            out["metadata"] = {k: v for k, v in o.get("metadata", {}).items() if k != "managedFields"}
+            return out
+        return strip(new) == strip(old)
+
+    # ---------------------------------------------------------------- patch
+
+    async def patch(self, kind: kinds.KindInfo, namespace: str, name: str, patch_type: str, body: bytes,
+                    options: WriteOptions, *, user_agent: str = "") -> WriteResult:
+        if patch_type == "strategic" and kind.custom:
+            raise patching.strategic_not_supported(kind)
+        if patch_type == "apply":
+            return await self._apply(kind, namespace, name, body, options)
+        if patch_type in ("merge", "strategic"):
+            patch_obj = self._json_body(body)
+        for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
+            kv = await self._get_kv(kind, namespace, name)
+            old = self._finish(kind, decode(kv))
+            if patch_type == "json":
+                patched = patching.json_patch(copy.deepcopy(old), body)
+            elif patch_type == "merge":
+                patched = patching.merge_patch(old, patch_obj)
+            else:
+                patched = patching.strategic_merge_patch(old, patch_obj, self.schema_of(kind))
+            if not isinstance(patched, dict):
+                raise errors.bad_request("the patch did not produce an object")
+            warnings = self._check_fields(kind, patched, (), options)
+            self._check_type_meta(kind, patched)
+            pmeta = objects.meta(patched)
+            if pmeta.get("name", name) != name:
+                raise errors.bad_request(f"the name of the object ({pmeta.get('name')}) does not match the name "
+                                         f"on the URL ({name})")
+            pmeta["name"] = name
+            if kind.namespaced:
+                pmeta["namespace"] = namespace
+            precondition = pmeta.get("resourceVersion")
+            if precondition and precondition != old["metadata"]["resourceVersion"]:
+                raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT)
+            try:
+                result = await self._write_update(kind, namespace, old, patched, kv, options)
+            except storage.RevisionMismatchError:
+                if attempt == _UNCONDITIONAL_CAS_RETRIES - 1:
+                    raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT) from None
+                continue
+            result.warnings = warnings
+            return result
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _json_body(body: bytes) -> Object:
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise errors.bad_request(f"error decoding patch: {e}") from None
+        if not isinstance(value, dict):
+            raise errors.bad_request("error decoding patch: the patch must be a JSON object")
+        return value
+
+    async def _apply(self, kind: kinds.KindInfo, namespace: str, name: str, body: bytes,
+                     options: WriteOptions) -> WriteResult:
+        if not options.field_manager:
+            raise errors.bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: "
+                                     "is required for apply patch")
+        applied = ssa.parse_apply_body(body)
+        self._check_type_meta(kind, applied)
+        ameta = objects.meta(applied)
+        if ameta.get("name", name) != name:
+            raise errors.bad_request(f"the name of the object ({ameta.get('name')}) does not match the name on "
+                                     f"the URL ({name})")
+        warnings = self._check_fields(kind, copy.deepcopy(applied), (), options)
+        now = objects.rfc3339(objects.now())
+        for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
+            kv = await self.backend.get(self.key(kind, namespace, name))
+            if kv is None:
+                obj = ssa.apply(None, applied, manager=options.field_manager, force=options.force,
+                                api_version=kind.api_version, now=now, schema=self.schema_of(kind))
+                objects.meta(obj)["name"] = name
+                try:
+                    result = await self.create(kind, namespace, obj,
+                                               dataclasses.replace(options, field_manager="",
+                                                                   field_validation="Ignore"))
+                except StatusError as e:
+                    if e.reason == "AlreadyExists" and attempt < _UNCONDITIONAL_CAS_RETRIES - 1:
+                        continue
+                    raise
+                result.warnings = warnings
+                return result
+            old = self._finish(kind, decode(kv))
+            new = ssa.apply(copy.deepcopy(old), applied, manager=options.field_manager, force=options.force,
+                            api_version=kind.api_version, now=now, schema=self.schema_of(kind))
+            try:
+                result = await self._write_update(kind, namespace, old, new, kv,
+                                                  dataclasses.replace(options, field_manager=""))
+            except storage.RevisionMismatchError:
+                continue
+            result.warnings = warnings
+            return result
+        raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT)
+
+    async def bind(self, kind: kinds.KindInfo, namespace: str, name: str, node: str,
+                   conditions: list[Object]) -> Object:
+        """Assign a pod to a node: the one write allowed to set `spec.nodeName` after creation."""
+        for _attempt in range(_UNCONDITIONAL_CAS_RETRIES):
+            kv = await self._get_kv(kind, namespace, name)
+            old = decode(kv)
+            if (old.get("spec") or {}).get("nodeName"):
+                raise errors.conflict(kind.plural, name, kind.group,
+                                      f"pod {name} is already assigned to node \"{old['spec']['nodeName']}\"")
+            if old["metadata"].get("deletionTimestamp"):
+                raise errors.conflict(kind.plural, name, kind.group, "pod is being deleted, cannot be assigned "
+                                      "to a host")
+            new = copy.deepcopy(old)
+            new.setdefault("spec", {})["nodeName"] = node
+            new.setdefault("status", {})["conditions"] = conditions
+            try:
+                written = await self.backend.update(kv.key, encode(new), expected_revision=kv.mod_revision)
+            except storage.RevisionMismatchError:
+                continue
+            new["metadata"]["resourceVersion"] = str(written.kv.mod_revision)
+            self._finish(kind, new)
+            self._notify(kind, "MODIFIED", new, old)
+            return new
+        raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT)
+
+    # ---------------------------------------------------------------- delete
+
+    async def delete(self, kind: kinds.KindInfo, namespace: str, name: str, options: DeleteOptions) -> tuple[Object, int]:
+        """Delete or start deleting. Returns the object (or a Status) and the HTTP code."""
+        for _attempt in range(_UNCONDITIONAL_CAS_RETRIES):
+            kv = await self._get_kv(kind, namespace, name)
+            obj = self._finish(kind, decode(kv))
+            meta = obj["metadata"]
+            if options.precondition_uid and options.precondition_uid != meta.get("uid"):
+                raise errors.conflict(kind.plural, name, kind.group,
+                                      f"Precondition failed: UID in precondition: {options.precondition_uid}, "
+                                      f"UID in object meta: {meta.get('uid')}")
+            if options.precondition_resource_version and options.precondition_resource_version != meta[
+                    "resourceVersion"]:
+                raise errors.conflict(kind.plural, name, kind.group,
+                                      f"Precondition failed: ResourceVersion in precondition: "
+                                      f"{options.precondition_resource_version}, ResourceVersion in object meta: "
+                                      f"{meta['resourceVersion']}")
+            finalizers = list(meta.get("finalizers") or [])
+            policy = options.propagation_policy or ("Orphan" if options.orphan_dependents else None)
+            if policy == "Foreground" and "foregroundDeletion" not in finalizers:
+                finalizers.append("foregroundDeletion")
+            elif policy == "Orphan" and "orphan" not in finalizers:
+                finalizers.append("orphan")
+            graceful = self._grace_period(kind, obj, options)
+            if not finalizers and not graceful:
+                if options.dry_run:
+                    return obj, 200
+                try:
+                    deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
+                except (storage.RevisionMismatchError, storage.KeyNotFoundError):
+                    continue
+                meta["resourceVersion"] = str(deleted.revision)
+                self._notify(kind, "DELETED", None, obj)
+                return obj, 200
+            if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
+                return obj, 202 if graceful else 200
+            old = copy.deepcopy(obj)
+            meta["finalizers"] = finalizers
+            if not meta.get("deletionTimestamp"):
+                meta["deletionTimestamp"] = objects.rfc3339(objects.now())
+                meta["deletionGracePeriodSeconds"] = graceful or 0
+            if kind.kind == "Namespace" and kind.group == "":
+                obj.setdefault("status", {})["phase"] = "Terminating"
+            if options.dry_run:
+                return obj, 202 if graceful else 200
+            try:
+                written = await self.backend.update(kv.key, encode(obj), expected_revision=kv.mod_revision)
+            except (storage.RevisionMismatchError, storage.KeyNotFoundError):
+                continue
+            meta["resourceVersion"] = str(written.kv.mod_revision)
+            self._notify(kind, "MODIFIED", obj, old)
+            return obj, 202 if graceful else 200
+        raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT)
+
+    @staticmethod
+    def _grace_period(kind: kinds.KindInfo, obj: Object, options: DeleteOptions) -> int:
+        """Only pods bound to a node are deleted gracefully (their kubelet finishes the job)."""
+        if kind.group != "" or kind.kind != "Pod":
+            return 0
+        if not (obj.get("spec") or {}).get("nodeName"):
+            return 0
+        if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return 0
+        if options.grace_period_seconds is not None:
+            return max(options.grace_period_seconds, 0)
+        return int((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+
+    async def delete_collection(self, kind: kinds.KindInfo, namespace: str, list_options: ListOptions,
+                                options: DeleteOptions) -> Object:
+        listed = await self.list(kind, namespace, dataclasses.replace(list_options, limit=0, continue_token=""))
+        deleted = []
+        for item in listed["items"]:
+            meta = item["metadata"]
+            try:
+                obj, _ = await self.delete(kind, meta.get("namespace", ""), meta["name"], options)
+            except StatusError as e:
+                if e.code == 404:
+                    continue
+                raise
+            deleted.append(self._finish(kind, obj))
+        return {"kind": kind.list_kind, "apiVersion": kind.api_version,
+                "metadata": {"resourceVersion": listed["metadata"]["resourceVersion"]}, "items": deleted}
+
+    async def delete_all_under(self, prefix: str) -> int:
+        """Remove every key under a prefix without any hooks (a CRD's objects, a whole cluster)."""
+        count = 0
+        while True:
+            page = await self.backend.list(prefix, limit=500)
+            for kv in page.items:
+                try:
+                    await self.backend.delete(kv.key)
+                    count += 1
+                except storage.KeyNotFoundError:
+                    pass
+            if not page.more:
+                return count
+
+    # ---------------------------------------------------------------- watch
+
+    async def watch(self, kind: kinds.KindInfo, namespace: str, options: ListOptions, *,
+                    send_initial_events: bool | None = None) -> AsyncIterator[WatchEvent]:
+        """Events for one watch request.
+
+        No resourceVersion (or "0"): the current objects arrive first as ADDED, then changes.
+        A resourceVersion N: changes after N only (410 Expired if N is compacted away).
+        sendInitialEvents=true: the current objects, then a BOOKMARK marking their end.
+        """
+        flt = Filter(kind, options.label_selector, options.field_selector)
+        prefix = keys.collection_prefix(self.cluster, kind, namespace)
+        rv = options.resource_version
+        initial = send_initial_events if send_initial_events is not None else rv in ("", "0")
+        start = 0
+        if rv not in ("", "0"):
+            start = _parse_rv(rv)
+        if initial:
+            listed = await self.list(kind, namespace, ListOptions(label_selector=options.label_selector,
+                                                                  field_selector=options.field_selector,
+                                                                  resource_version=rv if send_initial_events else ""))
+            start = int(listed["metadata"]["resourceVersion"])
+            initial_items = listed["items"]
+        else:
+            initial_items = []
+        try:
+            watch = await self.backend.watch(prefix, after_revision=start)
+        except storage.CompactedError as e:
+            raise errors.gone(f"too old resource version: {e.requested} ({e.compacted})") from None
+        except storage.FutureRevisionError:
+            raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}) from None
+        return self._watch_events(kind, flt, watch, initial_items, start, bool(send_initial_events))
+
+    async def _watch_events(self, kind: kinds.KindInfo, flt: Filter, watch: storage.Watch,
+                            initial_items: list[Object], start: int, mark_end: bool) -> AsyncIterator[WatchEvent]:
+        try:
+            for item in initial_items:
+                yield WatchEvent("ADDED", self._finish(kind, item), start)
+            if mark_end:
+                yield WatchEvent("BOOKMARK", self._bookmark(kind, start, initial_end=True), start)
+            async for event in watch:
+                converted = self._convert_event(kind, flt, event)
+                if converted is not None:
+                    yield converted
+        finally:
+            watch.close()
+
+    def _bookmark(self, kind: kinds.KindInfo, revision: int, *, initial_end: bool = False) -> Object:
+        meta: dict[str, Any] = {"resourceVersion": str(revision)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return {"kind": kind.kind, "apiVersion": kind.api_version, "metadata": meta}
+
+    def bookmark(self, kind: kinds.KindInfo, revision: int) -> WatchEvent:
+        return WatchEvent("BOOKMARK", self._bookmark(kind, revision), revision)
+
+    def _convert_event(self, kind: kinds.KindInfo, flt: Filter, event: storage.Event) -> WatchEvent | None:
+        revision = event.kv.mod_revision
+        if event.type is storage.EventType.DELETE:
+            obj = decode(event.kv)
+            return WatchEvent("DELETED", self._finish(kind, obj), revision) if flt.matches(obj) else None
+        new = decode(event.kv)
+        if event.prev is None:
+            return WatchEvent("ADDED", self._finish(kind, new), revision) if flt.matches(new) else None
+        if flt.empty:
+            return WatchEvent("MODIFIED", self._finish(kind, new), revision)
+        old_matches, new_matches = flt.matches(decode(event.prev)), flt.matches(new)
+        if old_matches and new_matches:
+            return WatchEvent("MODIFIED", self._finish(kind, new), revision)
+        if new_matches:
+            return WatchEvent("ADDED", self._finish(kind, new), revision)
+        if old_matches:
+            return WatchEvent("DELETED", self._finish(kind, new), revision)
+        return None
+
+
+async def wait_closed(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,25 @@
+"""Per-kind behaviour: defaults, validation and update rules.
+
+The generic store (`store.py`) runs the hooks of a kind's `Strategy` in a fixed order:
+prepare (may mutate) → validate (must not mutate; returns causes) → write. A kind
+without a module here gets `Strategy()`. Modules register by adding a row to `STRATEGIES`.
+"""
+
+from __future__ import annotations
+
+from socialweb_computer.apiserver import crds
+from socialweb_computer.apiserver.strategies import base, core, workloads
+
+Strategy = base.Strategy
+
+STRATEGIES: dict[tuple[str, str], base.Strategy] = {
+    **core.STRATEGIES,
+    **workloads.STRATEGIES,
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): crds.CrdStrategy(),
+}
+
+_DEFAULT = base.Strategy()
+
+
+def for_kind(group: str, kind: str) -> base.Strategy:
+    return STRATEGIES.get((group, kind), _DEFAULT)

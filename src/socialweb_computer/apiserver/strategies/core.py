@@ -1,0 +1,286 @@
+"""Strategies of core/v1 kinds: the defaults and rules a real apiserver applies."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import random
+import re
+
+from socialweb_computer.api.errors import Cause
+from socialweb_computer.apiserver.strategies import base
+from socialweb_computer.apiserver.strategies.base import Object
+
+SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/12")
+
+
+class NamespaceStrategy(base.Strategy):
+    name_format = "label"
+    keep_status_on_create = True
+
+    def prepare_for_create(self, obj: Object) -> None:
+        obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+        obj["status"] = {"phase": "Active"}
+        self._label(obj)
+
+    def prepare_for_update(self, new: Object, old: Object) -> None:
+        new["spec"] = old.get("spec", {})
+        self._label(new)
+
+    @staticmethod
+    def _label(obj: Object) -> None:
+        name = obj.get("metadata", {}).get("name", "")
+        if name:
+            obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+
+
+def default_container(c: dict) -> None:
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    image = c.get("image", "")
+    tag = image.rsplit("/", 1)[-1]
+    latest = "@" not in tag and (":" not in tag or tag.endswith(":latest"))
+    c.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    c.setdefault("resources", {})
+    for port in c.get("ports") or []:
+        port.setdefault("protocol", "TCP")
+
+
+def default_pod_spec(spec: dict) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("enableServiceLinks", True)
+    if spec.get("serviceAccountName") or spec.get("serviceAccount"):
+        name = spec.get("serviceAccountName") or spec.get("serviceAccount")
+        spec["serviceAccountName"] = spec["serviceAccount"] = name
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        if isinstance(c, dict):
+            default_container(c)
+
+
+def validate_pod_spec(spec: object, path: str) -> list[Cause]:
+    if not isinstance(spec, dict):
+        return [base.required(path)]
+    causes: list[Cause] = []
+    containers = spec.get("containers")
+    if not containers:
+        causes.append(base.required(f"{path}.containers"))
+    seen: set[str] = set()
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            where = f"{path}.{kind}[{i}]"
+            name = c.get("name", "") if isinstance(c, dict) else ""
+            if not name:
+                causes.append(base.required(f"{where}.name"))
+            elif name in seen:
+                causes.append(Cause("FieldValueDuplicate", f'Duplicate value: "{name}"', f"{where}.name"))
+            seen.add(name)
+            if isinstance(c, dict) and not c.get("image"):
+                causes.append(base.required(f"{where}.image"))
+    policy = spec.get("restartPolicy")
+    if policy and policy not in ("Always", "OnFailure", "Never"):
+        causes.append(base.not_supported(f"{path}.restartPolicy", policy, ["Always", "OnFailure", "Never"]))
+    return causes
+
+
+class PodStrategy(base.Strategy):
+    keep_status_on_create = True
+
+    def prepare_for_create(self, obj: Object) -> None:
+        spec = obj.setdefault("spec", {})
+        if isinstance(spec, dict):
+            default_pod_spec(spec)
+            spec.setdefault("serviceAccountName", "default")
+            spec.setdefault("serviceAccount", spec["serviceAccountName"])
+            spec.setdefault("priority", 0)
+        status = {"phase": "Pending"}
+        if isinstance(spec, dict):
+            status["qosClass"] = qos_class(spec)
+        obj["status"] = status
+
+    def prepare_for_update(self, new: Object, old: Object) -> None:
+        spec = new.get("spec")
+        if isinstance(spec, dict):
+            default_pod_spec(spec)
+
+    def validate(self, obj: Object) -> list[Cause]:
+        return validate_pod_spec(obj.get("spec"), "spec")
+
+    def validate_update(self, new: Object, old: Object) -> list[Cause]:
+        causes = self.validate(new)
+        if causes:
+            return causes
+        # Only container images, activeDeadlineSeconds, tolerations (additions) and scheduling
+        # gates may change on a pod; the rest of its spec is fixed at creation.
+        def mutable_view(spec: dict) -> dict:
+            view = {k: v for k, v in spec.items()
+                    if k not in ("activeDeadlineSeconds", "tolerations", "schedulingGates")}
+            for kind in ("containers", "initContainers"):
+                if kind in view:
+                    view[kind] = [{k: v for k, v in c.items() if k != "image"} for c in view[kind]]
+            return view
+        if mutable_view(new.get("spec", {})) != mutable_view(old.get("spec", {})):
+            return [Cause("FieldValueForbidden",
+                          "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+                          "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+                          "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+                          "(allow it to be set to 1 if it was previously negative)", "spec")]
+        return []
+
+
+def qos_class(spec: dict) -> str:
+    containers = (spec.get("containers") or []) + (spec.get("initContainers") or [])
+    requests_any = limits_all = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") or {} if isinstance(c, dict) else {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        if req or lim:
+            requests_any = True
+        for r in ("cpu", "memory"):
+            if r not in lim or (r in req and req[r] != lim[r]):
+                guaranteed = False
+        limits_all = True
+    if requests_any and guaranteed and limits_all:
+        return "Guaranteed"
+    return "Burstable" if requests_any else "BestEffort"
+
+
+class ServiceStrategy(base.Strategy):
+    name_format = "label"
+
+    def prepare_for_create(self, obj: Object) -> None:
+        spec = obj.setdefault("spec", {})
+        if not isinstance(spec, dict):
+            return
+        spec.setdefault("type", "ClusterIP")
+        spec.setdefault("sessionAffinity", "None")
+        for port in spec.get("ports") or []:
+            port.setdefault("protocol", "TCP")
+            port.setdefault("targetPort", port.get("port"))
+        if spec["type"] != "ExternalName":
+            if not spec.get("clusterIP"):
+                spec["clusterIP"] = str(SERVICE_CIDR[random.randrange(10, SERVICE_CIDR.num_addresses - 1)])
+            spec.setdefault("clusterIPs", [spec["clusterIP"]])
+            spec.setdefault("ipFamilies", ["IPv4"])
+            spec.setdefault("ipFamilyPolicy", "SingleStack")
+            spec.setdefault("internalTrafficPolicy", "Cluster")
+        obj["status"] = {"loadBalancer": {}}
+
+    def prepare_for_update(self, new: Object, old: Object) -> None:
+        spec, old_spec = new.get("spec"), old.get("spec") or {}
+        if isinstance(spec, dict):
+            for key in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
+                if key not in spec and key in old_spec:
+                    spec[key] = old_spec[key]
+            for port in spec.get("ports") or []:
+                port.setdefault("protocol", "TCP")
+                port.setdefault("targetPort", port.get("port"))
+
+    def validate(self, obj: Object) -> list[Cause]:
+        spec = obj.get("spec") or {}
+        causes = []
+        if spec.get("type", "ClusterIP") != "ExternalName" and not spec.get("ports"):
+            causes.append(base.required("spec.ports"))
+        allowed = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
+        if spec.get("type") and spec["type"] not in allowed:
+            causes.append(base.not_supported("spec.type", spec["type"], allowed))
+        return causes
+
+    def validate_update(self, new: Object, old: Object) -> list[Cause]:
+        causes = self.validate(new)
+        old_ip = (old.get("spec") or {}).get("clusterIP")
+        new_ip = (new.get("spec") or {}).get("clusterIP")
+        if old_ip and new_ip != old_ip:
+            causes.append(base.immutable("spec.clusterIPs[0]", new_ip))
+        return causes
+
+
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def _key_causes(data: object, field: str) -> list[Cause]:
+    causes = []
+    for key in data or {} if isinstance(data, dict) else {}:
+        if len(key) > 253 or not _CONFIG_KEY.match(key) or key in (".", ".."):
+            causes.append(base.invalid(f"{field}", key, "a valid config key must consist of alphanumeric "
+                                       "characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or "
+                                       "'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"))
+    return causes
+
+
+class ConfigMapStrategy(base.Strategy):
+    def validate(self, obj: Object) -> list[Cause]:
+        causes = _key_causes(obj.get("data"), "data") + _key_causes(obj.get("binaryData"), "binaryData")
+        for key in set(obj.get("data") or {}) & set(obj.get("binaryData") or {}):
+            causes.append(base.invalid("data", key, "duplicate of key present in binaryData"))
+        return causes
+
+    def validate_update(self, new: Object, old: Object) -> list[Cause]:
+        causes = self.validate(new)
+        if old.get("immutable") and (new.get("data") != old.get("data")
+                                     or new.get("binaryData") != old.get("binaryData")):
+            causes.append(Cause("FieldValueForbidden", "Forbidden: field is immutable when `immutable` is set",
+                                "data"))
+        return causes
+
+
+class SecretStrategy(base.Strategy):
+    def prepare_for_create(self, obj: Object) -> None:
+        obj.setdefault("type", "Opaque")
+        self._fold_string_data(obj)
+
+    def prepare_for_update(self, new: Object, old: Object) -> None:
+        new.setdefault("type", old.get("type", "Opaque"))
+        self._fold_string_data(new)
+
+    @staticmethod
+    def _fold_string_data(obj: Object) -> None:
+        # stringData is write-only: merged into data (base64) and never stored.
+        string_data = obj.pop("stringData", None)
+        if isinstance(string_data, dict):
+            data = obj.setdefault("data", {})
+            for k, v in string_data.items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+
+    def validate(self, obj: Object) -> list[Cause]:
+        causes = _key_causes(obj.get("data"), "data")
+        for key, value in (obj.get("data") or {}).items():
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, TypeError, ValueError):
+                causes.append(base.invalid(f"data[{key}]", "<secret contents redacted>",
+                                           "illegal base64 data"))
+        return causes
+
+    def validate_update(self, new: Object, old: Object) -> list[Cause]:
+        causes = self.validate(new)
+        if new.get("type") != old.get("type"):
+            causes.append(base.immutable("type", new.get("type")))
+        return causes
+
+
+class EventStrategy(base.Strategy):
+    def validate(self, obj: Object) -> list[Cause]:
+        if not obj.get("involvedObject") and obj.get("apiVersion", "v1") == "v1":
+            return [base.required("involvedObject")]
+        return []
+
+
+class NodeStrategy(base.Strategy):
+    keep_status_on_create = True
+
+
+STRATEGIES: dict[tuple[str, str], base.Strategy] = {
+    ("", "Namespace"): NamespaceStrategy(),
+    ("", "Pod"): PodStrategy(),
+    ("", "Service"): ServiceStrategy(),
+    ("", "ConfigMap"): ConfigMapStrategy(),
+    ("", "Secret"): SecretStrategy(),
+    ("", "Event"): EventStrategy(),
+    ("", "Node"): NodeStrategy(),
+}

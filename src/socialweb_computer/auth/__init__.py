@@ -1,0 +1,2 @@
+"""Authentication material and identity: certificate authorities, client certificates,
+kubeconfigs, and (in a later issue) authorization."""

@@ -1,0 +1,148 @@
+"""Certificate authorities and certificates for the loopback listeners.
+
+Each logical cluster has a serving CA (what its listener presents) and a ClientCA
+(what signs the client certificates it accepts). Keys are ECDSA P-256 and are written
+with mode 0600 from the moment the file exists (never chmod-after-write).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_VALIDITY = datetime.timedelta(days=3650)
+LEAF_VALIDITY = datetime.timedelta(days=365)
+_BACKDATE = datetime.timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    cert: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+
+    @property
+    def cert_pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def key_pem(self) -> bytes:
+        return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption())
+
+    def save(self, cert_path: str, key_path: str) -> None:
+        write_private(key_path, self.key_pem)
+        write_public(cert_path, self.cert_pem)
+
+    @classmethod
+    def load(cls, cert_path: str, key_path: str) -> KeyPair:
+        with open(cert_path, "rb") as f:
+            cert = x509.load_pem_x509_certificate(f.read())
+        with open(key_path, "rb") as f:
+            key = serialization.load_pem_private_key(f.read(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{key_path}: expected an ECDSA private key")
+        return cls(cert, key)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    return x509.Name(attrs)
+
+
+def new_ca(common_name: str, *, validity: datetime.timedelta = CA_VALIDITY) -> KeyPair:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(_name(common_name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(now + validity)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                     content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(cert, key)
+
+
+def _leaf(ca: KeyPair, subject: x509.Name, usage: ExtendedKeyUsageOID, *, validity: datetime.timedelta,
+          sans: list[x509.GeneralName] | None = None) -> KeyPair:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = _now()
+    not_after = min(now + validity, ca.cert.not_valid_after_utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False,
+                                     crl_sign=False, content_commitment=False, data_encipherment=False,
+                                     key_agreement=False, encipher_only=False, decipher_only=False),
+                       critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return KeyPair(builder.sign(ca.key, hashes.SHA256()), key)
+
+
+def new_serving_cert(ca: KeyPair, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1"),
+                     validity: datetime.timedelta = LEAF_VALIDITY) -> KeyPair:
+    sans: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            sans.append(x509.DNSName(host))
+    return _leaf(ca, _name("socialweb-computer-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH,
+                 validity=validity, sans=sans)
+
+
+def new_client_cert(ca: KeyPair, common_name: str, organizations: tuple[str, ...] = (), *,
+                    validity: datetime.timedelta = LEAF_VALIDITY) -> KeyPair:
+    return _leaf(ca, _name(common_name, organizations), ExtendedKeyUsageOID.CLIENT_AUTH, validity=validity)
+
+
+def write_private(path: str, data: bytes) -> None:
+    """Write secret material at 0600 without a window where it is readable by others."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def write_public(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

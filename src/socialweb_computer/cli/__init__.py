@@ -1,0 +1,1 @@
+"""The `socialweb-computer` command: one module per command group."""

@@ -1,0 +1,146 @@
+"""The storage contract: keys, revisions, compare-and-swap, watch, compaction.
+
+One global, strictly increasing revision numbers every write. An object's
+`resourceVersion` is the revision of its last write (`mod_revision`). A key is a
+'/'-separated path; the first segment is the logical cluster, so many clusters share
+one store and a cluster is a key prefix.
+
+Watchers receive, in revision order and with no gap and no duplicate, every event for
+keys under their prefix with a revision greater than the one they started from. A start
+revision older than the compacted revision fails with `CompactedError` (the API maps it
+to 410 Gone).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class StorageError(Exception):
+    """Base class of storage failures."""
+
+
+class KeyExistsError(StorageError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key exists: {key}")
+        self.key = key
+
+
+class KeyNotFoundError(StorageError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key not found: {key}")
+        self.key = key
+
+
+class RevisionMismatchError(StorageError):
+    """A compare-and-swap lost: the key's mod_revision is not the expected one."""
+
+    def __init__(self, key: str, expected: int, actual: int) -> None:
+        super().__init__(f"revision mismatch on {key}: expected {expected}, found {actual}")
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+
+class CompactedError(StorageError):
+    """The requested revision has been compacted away."""
+
+    def __init__(self, requested: int, compacted: int) -> None:
+        super().__init__(f"required revision {requested} has been compacted (oldest kept: {compacted})")
+        self.requested = requested
+        self.compacted = compacted
+
+
+class FutureRevisionError(StorageError):
+    """The requested revision is newer than the store's current revision."""
+
+    def __init__(self, requested: int, current: int) -> None:
+        super().__init__(f"revision {requested} is newer than current revision {current}")
+        self.requested = requested
+        self.current = current
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+
+
+class EventType(enum.Enum):
+    PUT = "PUT"  # created or updated; `prev` is None for a create
+    DELETE = "DELETE"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: EventType
+    kv: KeyValue  # for DELETE: the deleted value, with mod_revision = the delete's revision
+    prev: KeyValue | None
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    items: list[KeyValue]
+    revision: int  # the revision the list is consistent at
+    more: bool  # True when `limit` cut the list short
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    kv: KeyValue
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    revision: int
+    prev: KeyValue
+
+
+class Watch(Protocol):
+    """An open watch. Iterate for events; `close()` ends it (also ends the iteration)."""
+
+    def __aiter__(self) -> AsyncIterator[Event]: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """What the API engine needs from a store. All keys are full keys including the cluster prefix."""
+
+    async def get(self, key: str, *, revision: int = 0) -> KeyValue | None:
+        """The value of `key`, at `revision` if non-zero (CompactedError / FutureRevisionError)."""
+
+    async def list(self, prefix: str, *, start_after: str = "", limit: int = 0, revision: int = 0) -> ListResult:
+        """Keys under `prefix` in key order, strictly after `start_after`, at most `limit` (0 = all),
+        as of `revision` (0 = current)."""
+
+    async def count(self, prefix: str) -> int:
+        """How many keys live under `prefix` now."""
+
+    async def create(self, key: str, value: bytes) -> Written:
+        """Create `key`; KeyExistsError if it exists."""
+
+    async def update(self, key: str, value: bytes, *, expected_revision: int) -> Written:
+        """Replace `key` if its mod_revision is `expected_revision`
+        (KeyNotFoundError, RevisionMismatchError)."""
+
+    async def delete(self, key: str, *, expected_revision: int = 0) -> Deleted:
+        """Delete `key`, optionally only at `expected_revision` (KeyNotFoundError, RevisionMismatchError)."""
+
+    async def watch(self, prefix: str, *, after_revision: int) -> Watch:
+        """Events under `prefix` with revision > `after_revision` (CompactedError if too old,
+        FutureRevisionError if newer than current)."""
+
+    async def current_revision(self) -> int: ...
+
+    async def compacted_revision(self) -> int: ...
+
+    async def compact(self, revision: int) -> None:
+        """Forget history at and below `revision` (current values are kept)."""
+
+    async def close(self) -> None: ...

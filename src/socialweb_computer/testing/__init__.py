@@ -1,0 +1,34 @@
+"""Public test helpers: run the real apiserver as a process and reach it with real clients.
+
+Tests and benchmarks import from here rather than from the modules behind it:
+
+    from socialweb_computer import testing
+    with testing.ApiServerProcess.start(tmp_path / "state") as server:
+        server.kubectl("get", "namespaces")
+
+`pki` makes throwaway mTLS certificates for stand-in servers (bench baseline, fakes).
+"""
+
+from socialweb_computer.testing import pki
+from socialweb_computer.testing.server import (
+    ApiServerProcess,
+    CommandError,
+    CommandTimeout,
+    Credentials,
+    ServerStartError,
+    ToolMissingError,
+    read_kubeconfig,
+    tool_path,
+)
+
+__all__ = [
+    "ApiServerProcess",
+    "CommandError",
+    "CommandTimeout",
+    "Credentials",
+    "ServerStartError",
+    "ToolMissingError",
+    "pki",
+    "read_kubeconfig",
+    "tool_path",
+]
