@@ -58,12 +58,15 @@ ruff check "${lint_targets[@]}" || ruff_status=$?
 pytest_status=0
 pytest --junitxml="$REPORT_DIR/junit.xml" --durations=10 "$@" || pytest_status=$?
 
+pytest_word="exit $pytest_status"
 if ((pytest_status == 5)); then
     if has_selection_filter "$@"; then
         echo "test.sh: no tests collected: the selection filter matched nothing (not an error)"
+        pytest_word="exit 5 (no tests collected by the filter: ok)"
         pytest_status=0
     else
         echo "test.sh: no tests collected and no filter given: the suite is empty or broken" >&2
+        pytest_word="exit 5 (no tests collected: FAILED)"
     fi
 fi
 
@@ -86,7 +89,7 @@ PY
 
 ruff_word="ok"
 ((ruff_status == 0)) || ruff_word="FAILED (exit $ruff_status)"
-echo "test.sh: ruff $ruff_word; pytest exit $pytest_status; $((SECONDS - started))s"
+echo "test.sh: ruff $ruff_word; pytest $pytest_word; $((SECONDS - started))s"
 echo "summary: $counts"
 
 if ((ruff_status != 0 || pytest_status != 0)); then

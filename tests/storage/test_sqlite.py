@@ -84,13 +84,17 @@ async def test_acknowledged_writes_survive_kill_9(tmp_path: Path) -> None:
     child = subprocess.Popen(
         [sys.executable, "-c", _WRITER, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert child.stdout is not None
-    acked = [int(child.stdout.readline()) for _ in range(300)]
+    assert child.stdout is not None and child.stderr is not None
+    acked: list[int] = []
+    while len(acked) < 300:
+        line = child.stdout.readline()
+        assert line, f"writer died: {child.stderr.read()}"
+        acked.append(int(line))
     os.kill(child.pid, signal.SIGKILL)
     acked += [int(line) for line in child.stdout.read().split()]
     assert child.wait() == -signal.SIGKILL
     child.stdout.close()
-    child.stderr.close()  # type: ignore[union-attr]
+    child.stderr.close()
     async with await sqlite.SqliteBackend.open(path) as b:
         kept = await b.list("c/")
         assert len(kept.items) >= len(acked) and await b.current_revision() >= len(acked)
@@ -250,3 +254,16 @@ async def test_queries_use_the_name_index(tmp_path: Path) -> None:
 )
 def test_prefix_range(prefix: str, start_after: str, sql: str, params: tuple[str, ...]) -> None:
     assert sqlite.prefix_range(prefix, start_after=start_after) == (sql, params)
+
+
+async def test_wal_is_checkpointed_off_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite, "CHECKPOINT_INTERVAL", 0.01)
+    path = db_path(tmp_path)
+    async with await sqlite.SqliteBackend.open(path) as b:
+        before = os.path.getsize(path)
+        for i in range(200):
+            await b.create(f"c/{i}", b"x" * 4096)
+        # Only a checkpoint copies pages from the WAL into the database file.
+        async with asyncio.timeout(5):
+            while os.path.getsize(path) < before + 200 * 4096:
+                await asyncio.sleep(0.01)

@@ -155,3 +155,12 @@ def test_missing_tool_says_how_to_install(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(server_module, "TOOLS_BIN", tmp_path)
     with pytest.raises(testing.ToolMissingError, match=r"run scripts/install-tools\.sh"):
         testing.tool_path("kubectl")
+
+
+def test_client_home_is_removed_even_without_stop(tmp_path: Path) -> None:
+    server = start(tmp_path / "state")
+    home = server.home
+    server.kill()
+    server.wait(5)
+    del server  # a test that kills a server and forgets stop() must not leak the home
+    assert not home.exists()

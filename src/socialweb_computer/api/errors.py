@@ -52,7 +52,7 @@ class StatusError(Exception):
             details["causes"] = [c.to_dict() for c in self.causes]
         if self.retry_after is not None:
             details["retryAfterSeconds"] = self.retry_after
-        if details:
+        if details or self.details is not None:
             status["details"] = details
         if not self.reason:
             del status["reason"]
@@ -96,9 +96,8 @@ def invalid(kind: str, name: str, causes: list[Cause], group: str = "") -> Statu
     if len(causes) > 1:
         summary = "[" + ", ".join(f"{c.field}: {c.message}" if c.field else c.message for c in causes) + "]"
     qualified = f"{kind}.{group}" if group else kind
-    return StatusError(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}',
-                       {"name": name, "group": group, "kind": kind} if group else {"name": name, "kind": kind},
-                       causes=causes)
+    details = {k: v for k, v in (("name", name), ("group", group), ("kind", kind)) if v}
+    return StatusError(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', details, causes=causes)
 
 
 def bad_request(message: str) -> StatusError:

@@ -100,7 +100,9 @@ async def serve(app: web.Application, *, host: str, port: int, ssl_context: ssl.
     require_loopback(host)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=False, backlog=512)
+    # SO_REUSEADDR only lets a restarted server bind over connections still closing (Linux
+    # refuses a second listener regardless), so a restart gets its port back at once.
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True, backlog=512)
     await site.start()
     server = site._server  # aiohttp exposes the bound sockets only here
     assert server is not None

@@ -22,6 +22,7 @@ from socialweb_computer.apiserver import discovery, kinds, openapi, printers, pr
 from socialweb_computer.apiserver import requests as req
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.apiserver.patching import PATCH_TYPES, patch_type
+from socialweb_computer.apiserver.patching import apply as ssa
 from socialweb_computer.auth import identity
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,9 @@ def json_response(body: Any, status: int = 200, *, content_type: str = JSON,
     if ";" in content_type:
         response.headers["Content-Type"] = content_type
     for warning in warnings or []:
-        response.headers.add("Warning", f'299 - "{warning}"')
+        # RFC 7234 warn-text is a quoted-string, escaped the way Go's strconv.Quote does it.
+        escaped = warning.replace("\\", "\\\\").replace('"', '\\"')
+        response.headers.add("Warning", f'299 - "{escaped}"')
     return response
 
 
@@ -153,39 +156,42 @@ async def read_body(request: web.Request) -> bytes:
     return bytes(body)
 
 
-async def decode_object(request: web.Request) -> tuple[dict[str, Any], tuple[str, ...]]:
+async def decode_object(request: web.Request, kind: str = "") -> tuple[dict[str, Any], tuple[str, ...]]:
     raw = await read_body(request)
-    content_type = request.headers.get("Content-Type", JSON).split(";")[0].strip().lower()
+    # A request without Content-Type is read as JSON (kubectl scale --current-replicas sends none).
+    content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower() or JSON
     if protobuf.is_protobuf(content_type):
-        return protobuf.decode(raw), ()
-    if content_type not in (JSON, "application/yaml", "application/x-yaml", "text/yaml", "*/*", ""):
+        obj = protobuf.decode(raw)
+        store_mod.drop_nulls(obj)
+        return obj, ()
+    if content_type not in (JSON, "application/yaml", "*/*"):
         raise errors.unsupported_media_type()
-    if not raw.strip():
-        raise errors.bad_request("the request body is empty; expected a JSON or YAML object")
-    obj, duplicates = validation.decode_body(raw, content_type or JSON)
+    obj, duplicates = validation.decode_body(raw, JSON if content_type == "*/*" else content_type, kind=kind)
     return obj, tuple(duplicates)
 
 
 # --------------------------------------------------------------------------- resources
 
 
-def _table_wanted(request: web.Request) -> bool:
-    return printers.parse_accept_table(request.headers.get("Accept", ""))
+def _table_version(request: web.Request) -> str | None:
+    """"v1" or "v1beta1" when the client asked for a Table (kubectl get), else None."""
+    return printers.negotiate_table(request.headers.get("Accept", ""))
 
 
 def _include_object(request: web.Request) -> str:
-    value = request.query.get("includeObject", "Metadata")
-    if value not in ("None", "Metadata", "Object"):
-        raise errors.bad_request(f"includeObject: Unsupported value: \"{value}\"")
-    return value
+    return printers.validate_include_object(request.query.get("includeObject", "") or "Metadata")
+
+
+_OPTIONS_KIND = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions"}
 
 
 def _write_options(request: web.Request, sub: str) -> store_mod.WriteOptions:
     manager = request.query.get("fieldManager", "")
     if len(manager) > 128:
         raise errors.bad_request("fieldManager: Too long: may not be more than 128 bytes")
-    return store_mod.WriteOptions(dry_run=req.dry_run(request), field_manager=manager,
-                                  field_validation=req.field_validation(request),
+    mode = validation.directive(request.query.get("fieldValidation"), _OPTIONS_KIND.get(request.method,
+                                                                                          "CreateOptions"))
+    return store_mod.WriteOptions(dry_run=req.dry_run(request), field_manager=manager, field_validation=mode,
                                   force=req.query_flag(request, "force"), subresource=sub)
 
 
@@ -232,9 +238,10 @@ async def _delete_options(request: web.Request) -> store_mod.DeleteOptions:
 
 def _render(request: web.Request, kind: kinds.KindInfo, obj: dict[str, Any], status: int = 200,
             warnings: list[str] | None = None) -> web.Response:
-    if _table_wanted(request) and request.method == "GET":
-        return json_response(printers.build_table(kind, [obj], include_object=_include_object(request)),
-                             status, warnings=warnings)
+    version = _table_version(request)
+    if version and request.method == "GET":
+        return json_response(printers.build_table(kind, [obj], include_object=_include_object(request),
+                                                  table_version=version), status, warnings=warnings)
     return json_response(obj, status, warnings=warnings)
 
 
@@ -258,13 +265,14 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
             if req.query_flag(request, "watch"):
                 return await handle_watch(request, kind, rr.namespace)
             listed = await store.list(kind, rr.namespace, req.list_options(request))
-            if _table_wanted(request):
+            version = _table_version(request)
+            if version:
                 table = printers.build_table(kind, listed["items"], include_object=_include_object(request),
-                                             list_meta=listed["metadata"])
+                                             list_meta=listed["metadata"], table_version=version)
                 return json_response(table)
             return json_response(listed)
         if method == "POST":
-            obj, duplicates = await decode_object(request)
+            obj, duplicates = await decode_object(request, kind.kind)
             options = _default_manager(request, _write_options(request, ""))
             result = await store.create(kind, rr.namespace, obj, options, raw_duplicates=duplicates)
             return json_response(result.object, 201, warnings=result.warnings)
@@ -279,7 +287,7 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
         obj = await store.get(kind, rr.namespace, rr.name, resource_version=request.query.get("resourceVersion", ""))
         return _render(request, kind, obj)
     if method == "PUT":
-        obj, duplicates = await decode_object(request)
+        obj, duplicates = await decode_object(request, kind.kind)
         options = _default_manager(request, _write_options(request, ""))
         result = await store.update(kind, rr.namespace, rr.name, obj, options, raw_duplicates=duplicates)
         return json_response(result.object, 201 if result.created else 200, warnings=result.warnings)
@@ -293,14 +301,13 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
 
 
 async def _patch(request: web.Request, kind: kinds.KindInfo, rr: req.ResourceRequest, sub: str) -> web.Response:
-    content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
-    ptype = patch_type(content_type)
+    ptype = patch_type(request.headers.get("Content-Type", ""), custom_resource=kind.custom)
     body = await read_body(request)
     options = _write_options(request, sub)
+    ssa.validate_patch_options(options.field_manager, force_given="force" in request.query,
+                               is_apply=ptype == "apply")
     if ptype != "apply":
         options = _default_manager(request, options)
-        if req.query_flag(request, "force"):
-            raise errors.bad_request("force: Forbidden: may not be specified for non-apply patch")
     result = await _cluster(request).store.patch(kind, rr.namespace, rr.name, ptype, body, options,
                                                  user_agent=request.headers.get("User-Agent", ""))
     return json_response(result.object, 201 if result.created else 200, warnings=result.warnings)
@@ -318,7 +325,7 @@ async def handle_subresource(request: web.Request, cluster: cluster_mod.LogicalC
         if request.method == "GET":
             return _render(request, kind, await store.get(kind, rr.namespace, rr.name))
         if request.method == "PUT":
-            obj, duplicates = await decode_object(request)
+            obj, duplicates = await decode_object(request, kind.kind)
             options = _default_manager(request, _write_options(request, "status"))
             result = await store.update(kind, rr.namespace, rr.name, obj, options, raw_duplicates=duplicates)
             return json_response(result.object, warnings=result.warnings)
@@ -350,8 +357,9 @@ async def handle_watch(request: web.Request, kind: kinds.KindInfo, namespace: st
     elif options.resource_version_match:
         raise errors.bad_request("resourceVersionMatch is forbidden for watch")
     timeout = req.int_query(request, "timeoutSeconds")
-    table = _table_wanted(request)
-    include = _include_object(request) if table else "Metadata"
+    table_version = printers.negotiate_table(request.headers.get("Accept", ""))
+    include = _include_object(request) if table_version else "Metadata"
+    headers_sent = False
     try:
         events = await store.watch(kind, namespace, options, send_initial_events=send_initial)
     except errors.StatusError as e:
@@ -408,8 +416,11 @@ async def handle_watch(request: web.Request, kind: kinds.KindInfo, namespace: st
             if event.type == "BOOKMARK" and not bookmarks:
                 continue
             obj = event.object
-            if table and event.type != "BOOKMARK":
-                obj = printers.build_table(kind, [obj], include_object=include)
+            if table_version and event.type not in ("BOOKMARK", "ERROR"):
+                # Like a real server: column definitions go with the first event only.
+                obj = printers.build_table(kind, [obj], include_object=include, no_headers=headers_sent,
+                                           table_version=table_version)
+                headers_sent = True
             await response.write(orjson.dumps({"type": event.type, "object": obj}) + b"\n")
     except (ConnectionResetError, asyncio.CancelledError):
         raise

@@ -73,16 +73,6 @@ def dry_run(request: web.Request) -> bool:
     return bool(values)
 
 
-def field_validation(request: web.Request) -> str:
-    value = request.query.get("fieldValidation", "")
-    if value == "":
-        return "Warn"
-    if value not in ("Strict", "Warn", "Ignore"):
-        raise errors.bad_request(f"fieldValidation: Unsupported value: \"{value}\": supported values: "
-                                 f"\"Ignore\", \"Strict\", \"Warn\"")
-    return value
-
-
 def int_query(request: web.Request, name: str) -> int | None:
     value = request.query.get(name)
     if value is None or value == "":

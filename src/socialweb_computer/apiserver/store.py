@@ -25,8 +25,18 @@ import orjson
 
 from socialweb_computer.api import errors, objects
 from socialweb_computer.api.errors import Cause, StatusError
-from socialweb_computer.apiserver import keys, kinds, managedfields, schemas, selectors, strategies, structural
-from socialweb_computer.apiserver import patching, registry as registry_mod
+from socialweb_computer.apiserver import (
+    keys,
+    kinds,
+    managedfields,
+    patching,
+    schemas,
+    selectors,
+    strategies,
+    structural,
+    validation,
+)
+from socialweb_computer.apiserver import registry as registry_mod
 from socialweb_computer.apiserver.patching import apply as ssa
 from socialweb_computer.apiserver.strategies import base as strategy_base
 from socialweb_computer.storage import base as storage
@@ -115,6 +125,19 @@ def decode(kv: storage.KeyValue) -> Object:
     obj = orjson.loads(kv.value)
     obj.setdefault("metadata", {})["resourceVersion"] = str(kv.mod_revision)
     return obj
+
+
+def drop_nulls(value: Any) -> None:
+    """Go decodes a patched built-in object into its typed struct, where a null member is just
+    an absent field; patches can leave such nulls (and unknown `$` keys) behind."""
+    if isinstance(value, dict):
+        for key in [k for k, v in value.items() if v is None]:
+            del value[key]
+        for v in value.values():
+            drop_nulls(v)
+    elif isinstance(value, list):
+        for v in value:
+            drop_nulls(v)
 
 
 def _parse_rv(value: str, what: str = "resourceVersion") -> int:
@@ -313,7 +336,7 @@ class Store:
         self._validate(kind, strategy, obj, None)
         if kind.namespaced and namespace:
             await self._require_namespace(kind, namespace)
-        if options.field_manager or "managedFields" not in meta:
+        if options.field_manager:
             self._track(kind, None, obj, options)
         if options.dry_run:
             if await self.backend.get(self.key(kind, namespace, meta["name"])) is not None:
@@ -349,8 +372,6 @@ class Store:
 
     def _check_fields(self, kind: kinds.KindInfo, obj: Object, duplicates: tuple[str, ...],
                       options: WriteOptions) -> list[str]:
-        from socialweb_computer.apiserver import validation
-
         if kind.custom:
             pruned = structural.prune(obj, kind.schema or {}) if kind.schema else []
             return validation.report_fields(pruned, list(duplicates), mode=options.field_validation,
@@ -378,7 +399,9 @@ class Store:
         manager = options.field_manager or "unknown"
         managedfields.update(old, new, manager=manager, api_version=kind.api_version,
                              now=objects.rfc3339(objects.now()), schema=self.schema_of(kind),
-                             subresource=options.subresource)
+                             subresource=options.subresource,
+                             reset_fields=managedfields.reset_fields_for(options.subresource,
+                                                                        kind.has_subresource("status")))
 
     # ---------------------------------------------------------------- update
 
@@ -455,8 +478,7 @@ class Store:
             if self._spec_changed(kind, new, old):
                 generation += 1
             meta["generation"] = generation
-        if "managedFields" not in meta or meta.get("managedFields") == old_meta.get("managedFields"):
-            meta["managedFields"] = copy.deepcopy(old_meta.get("managedFields", []))
+        if options.field_manager:
             self._track(kind, old, new, options)
         if self._same(new, old):
             return WriteResult(self._finish(kind, old))
@@ -494,23 +516,26 @@ class Store:
     async def patch(self, kind: kinds.KindInfo, namespace: str, name: str, patch_type: str, body: bytes,
                     options: WriteOptions, *, user_agent: str = "") -> WriteResult:
         if patch_type == "strategic" and kind.custom:
-            raise patching.strategic_not_supported(kind)
+            raise patching.strategic_not_supported(kind.plural)
         if patch_type == "apply":
             return await self._apply(kind, namespace, name, body, options)
-        if patch_type in ("merge", "strategic"):
-            patch_obj = self._json_body(body)
+        patch_duplicates: list[str] = []
+        if patch_type in ("merge", "strategic") and options.field_validation != "Ignore":
+            _, patch_duplicates = validation.decode_body(body, "application/merge-patch+json")
         for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self._get_kv(kind, namespace, name)
             old = self._finish(kind, decode(kv))
-            if patch_type == "json":
-                patched = patching.json_patch(copy.deepcopy(old), body)
-            elif patch_type == "merge":
-                patched = patching.merge_patch(old, patch_obj)
-            else:
-                patched = patching.strategic_merge_patch(old, patch_obj, self.schema_of(kind))
+            patched = patching.patch_object(patch_type, copy.deepcopy(old), body, schema=self.schema_of(kind),
+                                            field_validation=options.field_validation)
             if not isinstance(patched, dict):
-                raise errors.bad_request("the patch did not produce an object")
-            warnings = self._check_fields(kind, patched, (), options)
+                raise patching.invalid_patch(patch_type, patched, "cannot unmarshal array into Go value of "
+                                             f"type {kind.kind}")
+            if not kind.custom:
+                drop_nulls(patched)
+            unknown = structural.prune(patched, kind.schema) if kind.custom and kind.schema else None
+            warnings = validation.check_patch_fields(
+                patched, patch_duplicates, self.schema_of(kind), mode=options.field_validation,
+                patch_text=orjson.dumps(patched, option=orjson.OPT_SORT_KEYS).decode(), unknown=unknown)
             self._check_type_meta(kind, patched)
             pmeta = objects.meta(patched)
             if pmeta.get("name", name) != name:
@@ -532,34 +557,29 @@ class Store:
             return result
         raise AssertionError("unreachable")
 
-    @staticmethod
-    def _json_body(body: bytes) -> Object:
-        try:
-            value = orjson.loads(body)
-        except orjson.JSONDecodeError as e:
-            raise errors.bad_request(f"error decoding patch: {e}") from None
-        if not isinstance(value, dict):
-            raise errors.bad_request("error decoding patch: the patch must be a JSON object")
-        return value
-
     async def _apply(self, kind: kinds.KindInfo, namespace: str, name: str, body: bytes,
                      options: WriteOptions) -> WriteResult:
         if not options.field_manager:
             raise errors.bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: "
                                      "is required for apply patch")
         applied = ssa.parse_apply_body(body)
+        duplicates: list[str] = []
+        if options.field_validation != "Ignore":
+            _, duplicates = validation.decode_body(body, "application/apply-patch+yaml")
         self._check_type_meta(kind, applied)
         ameta = objects.meta(applied)
         if ameta.get("name", name) != name:
             raise errors.bad_request(f"the name of the object ({ameta.get('name')}) does not match the name on "
                                      f"the URL ({name})")
-        warnings = self._check_fields(kind, copy.deepcopy(applied), (), options)
+        warnings = validation.check_apply_fields(duplicates, mode=options.field_validation)
         now = objects.rfc3339(objects.now())
+        reset = managedfields.reset_fields_for(options.subresource, kind.has_subresource("status"))
         for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self.backend.get(self.key(kind, namespace, name))
             if kv is None:
                 obj = ssa.apply(None, applied, manager=options.field_manager, force=options.force,
-                                api_version=kind.api_version, now=now, schema=self.schema_of(kind))
+                                api_version=kind.api_version, now=now, schema=self.schema_of(kind),
+                                kind=kind.kind, name=name, reset_fields=reset)
                 objects.meta(obj)["name"] = name
                 try:
                     result = await self.create(kind, namespace, obj,
@@ -573,7 +593,8 @@ class Store:
                 return result
             old = self._finish(kind, decode(kv))
             new = ssa.apply(copy.deepcopy(old), applied, manager=options.field_manager, force=options.force,
-                            api_version=kind.api_version, now=now, schema=self.schema_of(kind))
+                            api_version=kind.api_version, now=now, schema=self.schema_of(kind),
+                            kind=kind.kind, name=name, reset_fields=reset)
             try:
                 result = await self._write_update(kind, namespace, old, new, kv,
                                                   dataclasses.replace(options, field_manager=""))

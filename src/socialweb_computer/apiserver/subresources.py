@@ -6,13 +6,12 @@ attach) arrive with the node agent.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from aiohttp import web
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import kinds
+from socialweb_computer.apiserver import kinds, schemas
 from socialweb_computer.apiserver import requests as req
 from socialweb_computer.apiserver import store as store_mod
 
@@ -83,13 +82,11 @@ async def handle_scale(request: web.Request, cluster: Any, kind: kinds.KindInfo,
     elif request.method == "PATCH":
         ptype = patching.patch_type(request.headers.get("Content-Type", "").split(";")[0].strip())
         body = await handlers.read_body(request)
-        current = to_scale(obj, kind)
-        if ptype == "json":
-            scale = patching.json_patch(copy.deepcopy(current), body)
-        elif ptype in ("merge", "strategic"):
-            scale = patching.merge_patch(current, store.__class__._json_body(body))
-        else:
-            raise errors.unsupported_media_type()
+        if ptype == "apply":
+            raise errors.unsupported_media_type("application/json-patch+json, application/merge-patch+json, "
+                                                "application/strategic-merge-patch+json")
+        scale = patching.patch_object(ptype, to_scale(obj, kind), body,
+                                      schema=schemas.for_kind("autoscaling", "v1", "Scale"))
     else:
         raise errors.method_not_allowed()
     replicas = (scale.get("spec") or {}).get("replicas")

@@ -115,7 +115,8 @@ class Backend(Protocol):
     async def get(self, key: str, *, revision: int = 0) -> KeyValue | None:
         """The value of `key`, at `revision` if non-zero (CompactedError / FutureRevisionError)."""
 
-    async def list(self, prefix: str, *, start_after: str = "", limit: int = 0, revision: int = 0) -> ListResult:
+    async def list(self, prefix: str, *, start_after: str = "", limit: int = 0,
+                   revision: int = 0) -> ListResult:
         """Keys under `prefix` in key order, strictly after `start_after`, at most `limit` (0 = all),
         as of `revision` (0 = current)."""
 
@@ -126,7 +127,7 @@ class Backend(Protocol):
         """Create `key`; KeyExistsError if it exists."""
 
     async def update(self, key: str, value: bytes, *, expected_revision: int) -> Written:
-        """Replace `key` if its mod_revision is `expected_revision`
+        """Replace `key` if its mod_revision is `expected_revision`; 0 replaces unconditionally
         (KeyNotFoundError, RevisionMismatchError)."""
 
     async def delete(self, key: str, *, expected_revision: int = 0) -> Deleted:
@@ -134,7 +135,9 @@ class Backend(Protocol):
 
     async def watch(self, prefix: str, *, after_revision: int) -> Watch:
         """Events under `prefix` with revision > `after_revision` (CompactedError if too old,
-        FutureRevisionError if newer than current)."""
+        FutureRevisionError if newer than current). Iterating may later raise a StorageError
+        (CompactedError, or the backend's overflow error for a watcher that fell too far
+        behind): the watch is over and the client must re-list."""
 
     async def current_revision(self) -> int: ...
 

@@ -229,6 +229,7 @@ class SqliteBackend:
     ) -> base.ListResult:
         self._ensure_open()
         rev = self._readable(revision) if revision else self._rev
+        limit = max(limit, 0)
         cond, params = prefix_range(prefix, start_after=start_after)
         sql = _LIST_SQL.format(range=cond)
         rows = self._db.execute(sql, (*params, rev, rev, limit + 1 if limit > 0 else -1)).fetchall()
@@ -313,6 +314,8 @@ class SqliteBackend:
         self._rev = row[0]
 
     def _publish(self, event: base.Event) -> None:
+        if not self._by_prefix and not self._odd:
+            return
         key = event.kv.key
         targets: list[_Watch] = list(self._by_prefix.get("", ()))
         slash = key.find("/")
@@ -340,12 +343,15 @@ class SqliteBackend:
         if watch.read_upto < self._compacted:
             watch.fail(base.CompactedError(watch.read_upto, self._compacted))
             return
+        # Going live leaves a partial chunk queued: keep room behind it for live events.
+        chunk = max(1, min(REPLAY_CHUNK, self.watch_queue_limit // 2))
         cond, params = prefix_range(watch.prefix, "l.name")
-        rows = self._db.execute(
-            _REPLAY_SQL.format(range=cond), (watch.read_upto, *params, REPLAY_CHUNK)
-        ).fetchall()
+        with _storage_errors():
+            rows = self._db.execute(
+                _REPLAY_SQL.format(range=cond), (watch.read_upto, *params, chunk)
+            ).fetchall()
         watch.queue.extend(_replayed_event(row) for row in rows)
-        if len(rows) == REPLAY_CHUNK:
+        if len(rows) == chunk:
             watch.read_upto = rows[-1][0]
         else:
             watch.read_upto = self._rev
@@ -462,7 +468,10 @@ class _Watch:
                 self._wake.clear()
                 await self._wake.wait()
             else:
-                self.backend._catch_up(self)
+                try:
+                    self.backend._catch_up(self)
+                except base.StorageError as e:
+                    self.fail(e)
                 await asyncio.sleep(0)  # a long replay must not starve writers
 
     def push(self, event: base.Event) -> None:

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +151,9 @@ class ApiServerProcess:
         self.cert_file = state_dir / f"{KUBECONFIG_NAME}.cert.pem"
         self.key_file = state_dir / f"{KUBECONFIG_NAME}.key.pem"
         self.home = Path(tempfile.mkdtemp(prefix="swc-client-home-"))
+        # Removed by stop(), or when this object is collected or the interpreter exits, so a test
+        # that kills a server and never stops it leaves nothing behind.
+        self._remove_home = weakref.finalize(self, shutil.rmtree, str(self.home), ignore_errors=True)
         self.url = ""
         self.port = 0
 
@@ -248,7 +252,7 @@ class ApiServerProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._popen.pid, signal.SIGKILL)
                 self._popen.wait()
-        shutil.rmtree(self.home, ignore_errors=True)
+        self._remove_home()
         return self._popen.returncode
 
     def __enter__(self) -> ApiServerProcess:

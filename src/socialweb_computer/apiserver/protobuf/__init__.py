@@ -7,11 +7,11 @@ JSON-shaped dicts every other code path handles. Request handlers call
 
 The field table comes from a build step (`python -m
 socialweb_computer.apiserver.protobuf.build`) that reads Debian's packaging of the
-upstream `.proto` files; see `build.py` for how, and `decode.py` for the JSON rules
+upstream `.proto` files; see `build.py` for how, and `decoder.py` for the JSON rules
 and what happens to fields the table does not know.
 """
 
-from socialweb_computer.apiserver.protobuf.decode import (
+from socialweb_computer.apiserver.protobuf.decoder import (
     PROTOBUF,
     Decoded,
     UnknownField,

@@ -24,7 +24,7 @@ cached packages, `--refresh` downloads them again.
 
 Debian trixie carries 0.32.x of these libraries, i.e. the Kubernetes 1.32 API:
 fields added in 1.33 and later are not in the table; the decoder reports them
-(see `decode.py`).
+(see `decoder.py`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ GO_SRC = Path("usr/share/gocode/src")
 # Upstream's own test group; no client sends it.
 SKIPPED_DIRS = ("testapigroup",)
 # Suites of Debian's main archive (not security, not backports) that can supply a mirror URI.
-_DEBIAN_SUITE = re.compile(r"^(oldstable|stable|testing|unstable|sid|experimental|[a-z]+)(-updates)?$")
+_DEBIAN_SUITE = re.compile(r"^[a-z]+(-updates)?$")
 
 
 class BuildError(RuntimeError):

@@ -1,7 +1,7 @@
 """The generated protobuf field table, loaded once and indexed for the decoder.
 
 `build.py` writes `generated/fields.json` from Debian's copies of the upstream
-`.proto` files and Go API types; `decode.py` asks this module what a field number
+`.proto` files and Go API types; `decoder.py` asks this module what a field number
 means inside a given message, and which message an (apiVersion, kind) names.
 A missing table is an operator error (the build step did not run) and is reported
 as `TableMissingError` with the command that fixes it.

@@ -1,7 +1,7 @@
 """The protobuf wire format, read-only.
 
 Kubernetes clients (kubectl's typed commands, client-go) send request bodies as
-protobuf. `decode.py` needs the raw fields of a message — number, wire type and
+protobuf. `decoder.py` needs the raw fields of a message — number, wire type and
 payload — before it can give them names from the generated field table; this
 module does only that, and turns malformed input into `WireError`, which the
 decoder reports as 400 BadRequest.

@@ -7,15 +7,14 @@ without a module here gets `Strategy()`. Modules register by adding a row to `ST
 
 from __future__ import annotations
 
-from socialweb_computer.apiserver import crds
-from socialweb_computer.apiserver.strategies import base, core, workloads
+from socialweb_computer.apiserver.strategies import apiextensions, base, core, workloads
 
 Strategy = base.Strategy
 
 STRATEGIES: dict[tuple[str, str], base.Strategy] = {
     **core.STRATEGIES,
     **workloads.STRATEGIES,
-    ("apiextensions.k8s.io", "CustomResourceDefinition"): crds.CrdStrategy(),
+    **apiextensions.STRATEGIES,
 }
 
 _DEFAULT = base.Strategy()

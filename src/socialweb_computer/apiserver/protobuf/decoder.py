@@ -20,10 +20,13 @@ unmarshaller builds from the same bytes, i.e. what `kubectl ... -o json` shows:
 * inlined structs (`Volume.volumeSource`) are merged into their parent.
 
 Field numbers the table cannot name (fields added after the table's Kubernetes
-version) are not dropped silently: each is collected as an `UnknownField` and
-logged at WARNING; `decode_report` returns them so a caller can refuse the request
-if it prefers. The object is otherwise decoded as usual — the same thing a real
-kube-apiserver does with protobuf fields it does not know.
+version, e.g. 1.33+ fields with the 1.32 table from Debian trixie) are not dropped
+silently: each is collected as an `UnknownField` and logged — at WARNING when it
+carries a value, at DEBUG when it is 0/"" (a newer Go client writes every unset
+non-pointer field that way, so those are nearly always noise). `decode_report`
+returns them so a caller can refuse the request if it prefers. The rest of the
+object is decoded as usual, which is what a real kube-apiserver does with protobuf
+fields it does not know.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ QUANTITY_VALUE = "k8s.io.apimachinery.pkg.api.resource.QuantityValue"
 RAW_EXTENSION = "k8s.io.apimachinery.pkg.runtime.RawExtension"
 UNKNOWN = "k8s.io.apimachinery.pkg.runtime.Unknown"
 
+_MAX_NESTING = 32
 # Go's zero time.Time, as Unix seconds.
 _GO_ZERO_SECONDS = -62135596800
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -84,6 +88,7 @@ class UnknownField:
     number: int
     wire_type: str
     size: int  # payload bytes for length-delimited fields, else 0
+    zero: bool  # 0 or empty: what Go writes for any unset non-pointer field, so most likely no data
 
 
 @dataclass
@@ -96,6 +101,8 @@ class Decoded:
 class _Context:
     table: fields_table.Table
     unknown: list[UnknownField] = field(default_factory=list)
+    # How deep objects embedded in RawExtensions nest; bounded against hostile bodies.
+    depth: int = 0
 
 
 class _DecodeError(ValueError):
@@ -129,10 +136,15 @@ def decode_report(body: bytes) -> Decoded:
         obj = _decode_object(api_version, kind, raw, context, "")
     except (_DecodeError, wire.WireError) as exc:
         raise errors.bad_request(f"unable to decode protobuf body: {exc}") from None
+    except RecursionError:
+        raise errors.bad_request("unable to decode protobuf body: nested too deeply") from None
     if context.unknown:
-        log.warning("protobuf %s %s: %d field(s) unknown to the Kubernetes %s table were ignored: %s",
-                    api_version, kind, len(context.unknown), table.kubernetes_version,
-                    ", ".join(f"{u.path or '<root>'}#{u.number}({u.wire_type})" for u in context.unknown))
+        # Newer clients write every unset non-pointer field they know as 0/""; only values are news.
+        level = logging.DEBUG if all(u.zero for u in context.unknown) else logging.WARNING
+        log.log(level, "protobuf %s %s: %d field(s) unknown to the Kubernetes %s table were ignored: %s",
+                api_version, kind, len(context.unknown), table.kubernetes_version,
+                ", ".join(f"{u.path or '<root>'}#{u.number}({u.wire_type}{', zero' if u.zero else ''})"
+                          for u in context.unknown))
     return Decoded(obj, context.unknown)
 
 
@@ -164,9 +176,9 @@ def _envelope(body: bytes) -> tuple[str, str, bytes]:
     except (wire.WireError, _DecodeError) as exc:
         raise errors.bad_request(f"unable to decode protobuf envelope: {exc}") from None
     if encoding:
-        raise errors.unsupported_media_type(f"{PROTOBUF} without contentEncoding (got {encoding!r})")
+        raise errors.bad_request(f"protobuf envelope contentEncoding {encoding!r} is not supported")
     if content_type and not is_protobuf(content_type):
-        raise errors.unsupported_media_type(PROTOBUF)
+        raise errors.bad_request(f"protobuf envelope contentType {content_type!r} is not supported")
     if not kind:
         raise errors.bad_request("Object 'Kind' is missing in protobuf envelope")
     if not api_version:
@@ -193,8 +205,7 @@ def _text(raw: bytes) -> str:
 def _decode_object(api_version: str, kind: str, raw: bytes, context: _Context, path: str) -> dict[str, Any]:
     message = context.table.message_for(api_version, kind)
     if message is None:
-        group = api_version.rpartition("/")[0]
-        if api_version != "v1" and not context.table.knows_group(group):
+        if not context.table.knows_group(api_version.rpartition("/")[0]):
             raise errors.unsupported_media_type(NON_PROTOBUF_TYPES)
         raise errors.bad_request(
             f"no protobuf schema for {api_version}, Kind={kind} in this server's Kubernetes "
@@ -221,9 +232,10 @@ def _message(message: fields_table.MessageInfo, data: bytes, context: _Context, 
             out[info.name] = None if value is ABSENT else value
     for number, occurrences in fields.items():
         for occurrence in occurrences:
-            size = len(occurrence.value) if isinstance(occurrence.value, bytes) else 0
+            value = occurrence.value
+            size = len(value) if isinstance(value, bytes) else 0
             context.unknown.append(UnknownField(path, message.name, number,
-                                                wire.WIRE_TYPE_NAMES[occurrence.wire_type], size))
+                                                wire.WIRE_TYPE_NAMES[occurrence.wire_type], size, not value))
     return out
 
 
@@ -283,7 +295,8 @@ def _merged(occurrences: list[wire.Field], path: str) -> bytes:
     chunks = []
     for occurrence in occurrences:
         if not isinstance(occurrence.value, bytes):
-            raise _DecodeError("message field is not length-delimited", path)
+            raise _DecodeError(f"message field {occurrence.number} arrived as "
+                               f"{wire.WIRE_TYPE_NAMES[occurrence.wire_type]}", path)
         chunks.append(occurrence.value)
     return b"".join(chunks)
 
@@ -448,20 +461,25 @@ def _datetime(seconds: int, path: str) -> datetime.datetime:
         raise _DecodeError(f"timestamp {seconds} out of range", path) from None
 
 
+def _rfc3339(when: datetime.datetime) -> str:
+    # strftime does not zero-pad years before 1000 everywhere; Go does.
+    return (f"{when.year:04d}-{when.month:02d}-{when.day:02d}"
+            f"T{when.hour:02d}:{when.minute:02d}:{when.second:02d}")
+
+
 def _time(data: bytes, context: _Context, path: str) -> str | None:
     # metav1.Time keeps whole seconds only (JSON and protobuf alike).
     stamp = _timestamp(data, path)
     if stamp is None:
         return None
-    return _datetime(stamp[0], path).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339(_datetime(stamp[0], path)) + "Z"
 
 
 def _micro_time(data: bytes, context: _Context, path: str) -> str | None:
     stamp = _timestamp(data, path)
     if stamp is None:
         return None
-    when = _datetime(stamp[0], path)
-    return when.strftime("%Y-%m-%dT%H:%M:%S") + f".{(stamp[1] // 1000) % 1_000_000:06d}Z"
+    return _rfc3339(_datetime(stamp[0], path)) + f".{(stamp[1] // 1000) % 1_000_000:06d}Z"
 
 
 def _duration(data: bytes, context: _Context, path: str) -> str:
@@ -517,8 +535,14 @@ def _raw_json(data: bytes, context: _Context, path: str) -> Any:
         return None
     if raw.startswith(MAGIC):
         # An embedded object serialized as protobuf rather than JSON.
+        if context.depth >= _MAX_NESTING:
+            raise _DecodeError(f"embedded objects nest more than {_MAX_NESTING} deep", path)
         api_version, kind, inner = _envelope(raw)
-        return _decode_object(api_version, kind, inner, context, path)
+        context.depth += 1
+        try:
+            return _decode_object(api_version, kind, inner, context, path)
+        finally:
+            context.depth -= 1
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
