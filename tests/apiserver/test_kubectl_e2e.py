@@ -51,21 +51,31 @@ def test_discovery_short_names_and_api_resources(shared_apiserver: testing.ApiSe
     for line in ("pods", "deployments", "customresourcedefinitions", "priorityclasses", "leases"):
         assert line in out
     assert " po " in out and " deploy " in out
-    assert shared_apiserver.kubectl("get", "ns", "default", "-o", "name").stdout.strip() == "namespace/default"
+    assert (
+        shared_apiserver.kubectl("get", "ns", "default", "-o", "name").stdout.strip() == "namespace/default"
+    )
     version = json.loads(shared_apiserver.kubectl("version", "-o", "json").stdout)
     assert version["serverVersion"]["gitVersion"].startswith("v1.37")
 
 
-def test_apply_get_describe_and_output_formats(shared_apiserver: testing.ApiServerProcess, namespace: str) -> None:
+def test_apply_get_describe_and_output_formats(
+    shared_apiserver: testing.ApiServerProcess, namespace: str
+) -> None:
     k = shared_apiserver.kubectl
     assert k("apply", "-n", namespace, "-f", "-", input=CONFIGMAP).stdout.strip() == "configmap/demo created"
-    assert k("apply", "-n", namespace, "-f", "-", input=CONFIGMAP).stdout.strip() == "configmap/demo unchanged"
+    assert (
+        k("apply", "-n", namespace, "-f", "-", input=CONFIGMAP).stdout.strip() == "configmap/demo unchanged"
+    )
     changed = CONFIGMAP.replace("foo: bar", "foo: baz")
     assert k("apply", "-n", namespace, "-f", "-", input=changed).stdout.strip() == "configmap/demo configured"
     obj = json.loads(k("get", "-n", namespace, "cm", "demo", "-o", "json").stdout)
     assert obj["data"] == {"foo": "baz"}
-    assert obj["metadata"]["uid"] and obj["metadata"]["resourceVersion"] and obj["metadata"]["creationTimestamp"]
-    assert yaml.safe_load(k("get", "-n", namespace, "cm", "demo", "-o", "yaml").stdout)["data"]["foo"] == "baz"
+    assert (
+        obj["metadata"]["uid"] and obj["metadata"]["resourceVersion"] and obj["metadata"]["creationTimestamp"]
+    )
+    assert (
+        yaml.safe_load(k("get", "-n", namespace, "cm", "demo", "-o", "yaml").stdout)["data"]["foo"] == "baz"
+    )
     assert k("get", "-n", namespace, "cm", "demo", "-o", "jsonpath={.data.foo}").stdout == "baz"
     table = k("get", "-n", namespace, "cm").stdout.splitlines()
     assert table[0].split() == ["NAME", "DATA", "AGE"]
@@ -76,16 +86,19 @@ def test_apply_get_describe_and_output_formats(shared_apiserver: testing.ApiServ
     assert "Name:" in described and "demo" in described and "baz" in described
 
 
-def test_deployment_table_wide_scale_label_annotate(shared_apiserver: testing.ApiServerProcess,
-                                                    namespace: str) -> None:
+def test_deployment_table_wide_scale_label_annotate(
+    shared_apiserver: testing.ApiServerProcess, namespace: str
+) -> None:
     k = shared_apiserver.kubectl
     k("apply", "-n", namespace, "-f", "-", input=DEPLOYMENT)
     header = k("get", "-n", namespace, "deploy").stdout.splitlines()[0].split()
     assert header == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
     wide = k("get", "-n", namespace, "deploy", "-o", "wide").stdout.splitlines()[0].split()
     assert wide[-3:] == ["CONTAINERS", "IMAGES", "SELECTOR"]
-    assert k("scale", "-n", namespace, "deploy/web", "--replicas=5").stdout.strip() == \
-        "deployment.apps/web scaled"
+    assert (
+        k("scale", "-n", namespace, "deploy/web", "--replicas=5").stdout.strip()
+        == "deployment.apps/web scaled"
+    )
     assert k("get", "-n", namespace, "deploy", "web", "-o", "jsonpath={.spec.replicas}").stdout == "5"
     k("label", "-n", namespace, "deploy/web", "tier=frontend")
     k("annotate", "-n", namespace, "deploy/web", "note=hello")
@@ -101,11 +114,27 @@ def test_deployment_table_wide_scale_label_annotate(shared_apiserver: testing.Ap
 def test_patch_types_replace_and_delete(shared_apiserver: testing.ApiServerProcess, namespace: str) -> None:
     k = shared_apiserver.kubectl
     k("apply", "-n", namespace, "-f", "-", input=DEPLOYMENT)
-    k("patch", "-n", namespace, "deploy", "web", "--type=strategic",
-      "-p", '{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"nginx:1.28"}]}}}}')
+    k(
+        "patch",
+        "-n",
+        namespace,
+        "deploy",
+        "web",
+        "--type=strategic",
+        "-p",
+        '{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"nginx:1.28"}]}}}}',
+    )
     k("patch", "-n", namespace, "deploy", "web", "--type=merge", "-p", '{"metadata":{"labels":{"m":"1"}}}')
-    k("patch", "-n", namespace, "deploy", "web", "--type=json",
-      "-p", '[{"op":"replace","path":"/spec/replicas","value":3}]')
+    k(
+        "patch",
+        "-n",
+        namespace,
+        "deploy",
+        "web",
+        "--type=json",
+        "-p",
+        '[{"op":"replace","path":"/spec/replicas","value":3}]',
+    )
     obj = json.loads(k("get", "-n", namespace, "deploy", "web", "-o", "json").stdout)
     containers = obj["spec"]["template"]["spec"]["containers"]
     assert [(c["name"], c["image"]) for c in containers] == [("app", "nginx:1.28")]
@@ -129,12 +158,30 @@ def test_server_side_apply_and_conflicts(shared_apiserver: testing.ApiServerProc
     out = k("apply", "--server-side", "-n", namespace, "-f", "-", input=CONFIGMAP).stdout.strip()
     assert out == "configmap/demo serverside-applied"
     other = CONFIGMAP.replace("foo: bar", "foo: other")
-    conflict = k("apply", "--server-side", "--field-manager=other", "-n", namespace, "-f", "-", input=other,
-                 check=False)
+    conflict = k(
+        "apply",
+        "--server-side",
+        "--field-manager=other",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=other,
+        check=False,
+    )
     assert conflict.returncode == 1
     assert "Apply failed with 1 conflict" in conflict.stderr and ".data.foo" in conflict.stderr
-    k("apply", "--server-side", "--force-conflicts", "--field-manager=other", "-n", namespace, "-f", "-",
-      input=other)
+    k(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=other",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=other,
+    )
     obj = json.loads(k("get", "-n", namespace, "cm", "demo", "-o", "json", "--show-managed-fields").stdout)
     assert obj["data"]["foo"] == "other"
     assert "other" in [m["manager"] for m in obj["metadata"]["managedFields"]]
@@ -158,20 +205,30 @@ def test_invalid_and_already_exists(shared_apiserver: testing.ApiServerProcess, 
     assert 'The ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name"' in result.stderr
     k("create", "-n", namespace, "-f", "-", input=CONFIGMAP)
     again = k("create", "-n", namespace, "-f", "-", input=CONFIGMAP, check=False)
-    assert 'Error from server (AlreadyExists): error when creating "STDIN": configmaps "demo" already exists' \
+    assert (
+        'Error from server (AlreadyExists): error when creating "STDIN": configmaps "demo" already exists'
         in again.stderr
+    )
     nowhere = k("create", "-n", "no-such-ns", "-f", "-", input=CONFIGMAP, check=False)
     assert 'namespaces "no-such-ns" not found' in nowhere.stderr
 
 
-def test_typed_create_commands_send_protobuf(shared_apiserver: testing.ApiServerProcess, namespace: str) -> None:
+def test_typed_create_commands_send_protobuf(
+    shared_apiserver: testing.ApiServerProcess, namespace: str
+) -> None:
     k = shared_apiserver.kubectl
-    assert k("create", "configmap", "lit", "-n", namespace, "--from-literal=a=b").stdout.strip() == \
-        "configmap/lit created"
-    assert k("create", "secret", "generic", "s", "-n", namespace, "--from-literal=p=q").stdout.strip() == \
-        "secret/s created"
-    assert k("create", "deployment", "d", "-n", namespace, "--image=busybox:1.36", "--replicas=2").stdout.strip() \
+    assert (
+        k("create", "configmap", "lit", "-n", namespace, "--from-literal=a=b").stdout.strip()
+        == "configmap/lit created"
+    )
+    assert (
+        k("create", "secret", "generic", "s", "-n", namespace, "--from-literal=p=q").stdout.strip()
+        == "secret/s created"
+    )
+    assert (
+        k("create", "deployment", "d", "-n", namespace, "--image=busybox:1.36", "--replicas=2").stdout.strip()
         == "deployment.apps/d created"
+    )
     assert json.loads(k("get", "cm", "lit", "-n", namespace, "-o", "json").stdout)["data"] == {"a": "b"}
     assert json.loads(k("get", "secret", "s", "-n", namespace, "-o", "json").stdout)["data"] == {"p": "cQ=="}
     deployment = json.loads(k("get", "deploy", "d", "-n", namespace, "-o", "json").stdout)
@@ -193,8 +250,9 @@ def test_create_namespace_and_delete_wait(apiserver: testing.ApiServerProcess) -
 def test_paging_with_chunk_size(shared_apiserver: testing.ApiServerProcess, namespace: str) -> None:
     manifest = "\n---\n".join(CONFIGMAP.replace("name: demo", f"name: cm-{i:02d}") for i in range(23))
     shared_apiserver.kubectl("apply", "-n", namespace, "-f", "-", input=manifest)
-    names = shared_apiserver.kubectl("get", "cm", "-n", namespace, "--chunk-size=5", "-o", "name",
-                                     "-v=6").stdout.split()
+    names = shared_apiserver.kubectl(
+        "get", "cm", "-n", namespace, "--chunk-size=5", "-o", "name", "-v=6"
+    ).stdout.split()
     assert [n for n in names if n.startswith("configmap/cm-")] == [f"configmap/cm-{i:02d}" for i in range(23)]
 
 
@@ -208,9 +266,22 @@ def test_get_watch_streams_changes(shared_apiserver: testing.ApiServerProcess, n
     k = shared_apiserver.kubectl
     k("create", "configmap", "w1", "-n", namespace, "--from-literal=a=1")
     watcher = subprocess.Popen(
-        [str(testing.tool_path("kubectl")), f"--kubeconfig={shared_apiserver.kubeconfig}", "get", "cm", "-n",
-         namespace, "-w", "--output-watch-events", "--no-headers"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=shared_apiserver.tool_env())
+        [
+            str(testing.tool_path("kubectl")),
+            f"--kubeconfig={shared_apiserver.kubeconfig}",
+            "get",
+            "cm",
+            "-n",
+            namespace,
+            "-w",
+            "--output-watch-events",
+            "--no-headers",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=shared_apiserver.tool_env(),
+    )
     try:
         time.sleep(1.5)
         k("create", "configmap", "w2", "-n", namespace, "--from-literal=a=2")
@@ -293,7 +364,8 @@ def test_helm_template_applied(apiserver: testing.ApiServerProcess, tmp_path) ->
     (chart / "templates").mkdir(parents=True)
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: tiny\nversion: 0.1.0\n")
     (chart / "values.yaml").write_text("replicas: 2\nimage: nginx:1.27\n")
-    (chart / "templates" / "all.yaml").write_text(textwrap.dedent("""\
+    (chart / "templates" / "all.yaml").write_text(
+        textwrap.dedent("""\
         apiVersion: v1
         kind: ConfigMap
         metadata: {name: {{ .Release.Name }}-config}
@@ -316,9 +388,15 @@ def test_helm_template_applied(apiserver: testing.ApiServerProcess, tmp_path) ->
             metadata: {labels: {app: {{ .Release.Name }}}}
             spec:
               containers: [{name: app, image: {{ .Values.image }}}]
-        """))
-    rendered = subprocess.run([str(testing.tool_path("helm")), "template", "demo", str(chart)],
-                              capture_output=True, text=True, check=True, env=apiserver.tool_env()).stdout
+        """)
+    )
+    rendered = subprocess.run(
+        [str(testing.tool_path("helm")), "template", "demo", str(chart)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=apiserver.tool_env(),
+    ).stdout
     out = apiserver.kubectl("apply", "-n", "default", "-f", "-", input=rendered).stdout
     assert "configmap/demo-config created" in out
     assert "service/demo created" in out
@@ -328,9 +406,11 @@ def test_helm_template_applied(apiserver: testing.ApiServerProcess, tmp_path) ->
 
 
 @pytest.mark.parametrize("body", ["{not json", "[]"])
-def test_bad_bodies_get_status_errors(shared_apiserver: testing.ApiServerProcess, namespace: str,
-                                      body: str) -> None:
-    result = shared_apiserver.kubectl("create", "--raw", f"/api/v1/namespaces/{namespace}/configmaps",
-                                      "-f", "-", input=body, check=False)
+def test_bad_bodies_get_status_errors(
+    shared_apiserver: testing.ApiServerProcess, namespace: str, body: str
+) -> None:
+    result = shared_apiserver.kubectl(
+        "create", "--raw", f"/api/v1/namespaces/{namespace}/configmaps", "-f", "-", input=body, check=False
+    )
     assert result.returncode == 1
     assert "Error from server (BadRequest)" in result.stderr

@@ -177,7 +177,7 @@ def test_json_patch_follows_evanphx_v4_quirks() -> None:
 def test_json_patch_failures_are_the_generic_422(ops: Any) -> None:
     err = raises(jp, configmap(finalizers=["a"]), ops)
     assert err.to_status() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                               "message": REJECTED, "reason": "Invalid", "code": 422}
+                               "message": REJECTED, "reason": "Invalid", "code": 422, "details": {}}
 
 
 @pytest.mark.parametrize(("body", "strict", "lenient"), [

@@ -44,7 +44,9 @@ def test_typed_crud_and_errors(shared_apiserver: testing.ApiServerProcess, names
         core.read_namespaced_config_map("a", namespace)
 
 
-def test_generate_name_dry_run_and_selectors(shared_apiserver: testing.ApiServerProcess, namespace: str) -> None:
+def test_generate_name_dry_run_and_selectors(
+    shared_apiserver: testing.ApiServerProcess, namespace: str
+) -> None:
     core = client.CoreV1Api(shared_apiserver.python_client())
     body = client.V1ConfigMap(metadata=client.V1ObjectMeta(generate_name="gen-", labels={"app": "x"}))
     made = core.create_namespaced_config_map(namespace, body)
@@ -54,7 +56,9 @@ def test_generate_name_dry_run_and_selectors(shared_apiserver: testing.ApiServer
     with pytest.raises(ApiException):
         core.read_namespaced_config_map("dry", namespace)
     core.create_namespaced_config_map(namespace, _cm("other", labels={"app": "y"}))
-    names = {c.metadata.name for c in core.list_namespaced_config_map(namespace, label_selector="app in (x)").items}
+    names = {
+        c.metadata.name for c in core.list_namespaced_config_map(namespace, label_selector="app in (x)").items
+    }
     assert names == {made.metadata.name}
     by_field = core.list_namespaced_config_map(namespace, field_selector="metadata.name=other").items
     assert [c.metadata.name for c in by_field] == ["other"]
@@ -79,7 +83,9 @@ def test_paging_is_consistent(shared_apiserver: testing.ApiServerProcess, namesp
     assert seen == [f"p{i:02d}" for i in range(12)]
 
 
-def test_watch_resumes_from_resource_version(shared_apiserver: testing.ApiServerProcess, namespace: str) -> None:
+def test_watch_resumes_from_resource_version(
+    shared_apiserver: testing.ApiServerProcess, namespace: str
+) -> None:
     core = client.CoreV1Api(shared_apiserver.python_client())
     listed = core.list_namespaced_config_map(namespace)
     start = listed.metadata.resource_version
@@ -88,8 +94,12 @@ def test_watch_resumes_from_resource_version(shared_apiserver: testing.ApiServer
     core.delete_namespaced_config_map("w1", namespace)
     events = []
     w = watch.Watch()
-    for event in w.stream(core.list_namespaced_config_map, namespace, resource_version=start, timeout_seconds=3):
-        events.append((event["type"], event["object"].metadata.name, event["object"].metadata.resource_version))
+    for event in w.stream(
+        core.list_namespaced_config_map, namespace, resource_version=start, timeout_seconds=3
+    ):
+        events.append(
+            (event["type"], event["object"].metadata.name, event["object"].metadata.resource_version)
+        )
         if len(events) == 3:
             w.stop()
     assert [e[:2] for e in events] == [("ADDED", "w1"), ("MODIFIED", "w1"), ("DELETED", "w1")]
@@ -97,8 +107,9 @@ def test_watch_resumes_from_resource_version(shared_apiserver: testing.ApiServer
     assert revisions == sorted(revisions) and len(set(revisions)) == 3
     # Resuming from the middle gives exactly the rest: no gap, no duplicate.
     rest = []
-    for event in watch.Watch().stream(core.list_namespaced_config_map, namespace,
-                                      resource_version=events[0][2], timeout_seconds=2):
+    for event in watch.Watch().stream(
+        core.list_namespaced_config_map, namespace, resource_version=events[0][2], timeout_seconds=2
+    ):
         rest.append(event["type"])
         if len(rest) == 2:
             break
@@ -106,8 +117,9 @@ def test_watch_resumes_from_resource_version(shared_apiserver: testing.ApiServer
 
 
 def test_watch_gets_410_after_compaction(tmp_path) -> None:
-    server = testing.ApiServerProcess.start(tmp_path / "state",
-                                            extra_args=["--history-limit", "5", "--compact-interval", "0.2"])
+    server = testing.ApiServerProcess.start(
+        tmp_path / "state", extra_args=["--history-limit", "5", "--compact-interval", "0.2"]
+    )
     try:
         core = client.CoreV1Api(server.python_client())
         start = core.list_namespaced_config_map("default").metadata.resource_version
@@ -116,7 +128,9 @@ def test_watch_gets_410_after_compaction(tmp_path) -> None:
         done = threading.Event()
         threading.Timer(1.0, done.set).start()
         done.wait()
-        connection = http.client.HTTPSConnection("127.0.0.1", server.port, context=server.ssl_context(), timeout=10)
+        connection = http.client.HTTPSConnection(
+            "127.0.0.1", server.port, context=server.ssl_context(), timeout=10
+        )
         connection.request("GET", f"/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={start}")
         response = connection.getresponse()
         event = json.loads(response.readline())
@@ -139,7 +153,8 @@ def test_restart_keeps_objects_and_survives_kill(tmp_path) -> None:
     server.wait(10)
     again = testing.ApiServerProcess.start(state, port=server.port)
     try:
-        assert client.CoreV1Api(again.python_client()).read_namespaced_config_map("durable", "default").data == \
-            {"v": "1"}
+        assert client.CoreV1Api(again.python_client()).read_namespaced_config_map(
+            "durable", "default"
+        ).data == {"v": "1"}
     finally:
         again.stop()

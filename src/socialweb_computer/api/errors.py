@@ -73,13 +73,18 @@ def _qualified(resource: str, group: str) -> str:
 
 
 def not_found(resource: str, name: str, group: str = "") -> StatusError:
-    return StatusError(404, "NotFound", f'{_qualified(resource, group)} "{name}" not found',
-                       _details(resource, name, group))
+    return StatusError(
+        404, "NotFound", f'{_qualified(resource, group)} "{name}" not found', _details(resource, name, group)
+    )
 
 
 def already_exists(resource: str, name: str, group: str = "") -> StatusError:
-    return StatusError(409, "AlreadyExists", f'{_qualified(resource, group)} "{name}" already exists',
-                       _details(resource, name, group))
+    return StatusError(
+        409,
+        "AlreadyExists",
+        f'{_qualified(resource, group)} "{name}" already exists',
+        _details(resource, name, group),
+    )
 
 
 def conflict(resource: str, name: str, group: str, why: str) -> StatusError:
@@ -104,7 +109,9 @@ def bad_request(message: str) -> StatusError:
     return StatusError(400, "BadRequest", message)
 
 
-def method_not_allowed(message: str = "the server does not allow this method on the requested resource") -> StatusError:
+def method_not_allowed(
+    message: str = "the server does not allow this method on the requested resource",
+) -> StatusError:
     return StatusError(405, "MethodNotAllowed", message)
 
 
@@ -112,8 +119,11 @@ ACCEPTED_BODY_TYPES = "application/json, application/yaml, application/vnd.kuber
 
 
 def unsupported_media_type(accepted: str = ACCEPTED_BODY_TYPES) -> StatusError:
-    return StatusError(415, "UnsupportedMediaType",
-                       f"the body of the request was in an unknown format - accepted media types include: {accepted}")
+    return StatusError(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format - accepted media types include: {accepted}",
+    )
 
 
 def not_acceptable(message: str) -> StatusError:
@@ -137,8 +147,9 @@ def unauthorized() -> StatusError:
 
 
 def internal(message: str) -> StatusError:
-    return StatusError(500, "InternalError", f"Internal error occurred: {message}",
-                       {"causes": [{"message": message}]})
+    return StatusError(
+        500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
+    )
 
 
 def too_many_requests(message: str, retry_after: int | None = None) -> StatusError:
@@ -146,6 +157,12 @@ def too_many_requests(message: str, retry_after: int | None = None) -> StatusErr
 
 
 def resource_not_found_message() -> StatusError:
-    """What a real server answers for an unknown resource path; kubectl maps it to 'doesn't have a resource type'."""
-    return StatusError(404, "NotFound", "the server could not find the requested resource",
-                       {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]})
+    """What a real server answers for an unknown resource path.
+
+    kubectl turns it into "the server doesn't have a resource type"."""
+    return StatusError(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+        {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]},
+    )

@@ -41,7 +41,8 @@ def require_loopback(host: str) -> None:
         raise LoopbackOnlyError(
             f"refusing to listen on {host}: socialweb-computer binds loopback only (127.0.0.1 or ::1). "
             "The tenant apiserver is reachable only from this host on purpose; publishing it is a "
-            "deliberate trust-boundary change (an authenticated front), not a listen address.")
+            "deliberate trust-boundary change (an authenticated front), not a listen address."
+        )
 
 
 @web.middleware
@@ -53,7 +54,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPRequestEntityTooLarge:
         return handlers.status_response(errors.entity_too_large())
     except web.HTTPException as e:
-        return handlers.status_response(errors.StatusError(e.status, e.reason.replace(" ", ""), e.text or e.reason))
+        return handlers.status_response(
+            errors.StatusError(e.status, e.reason.replace(" ", ""), e.text or e.reason)
+        )
     except (ConnectionResetError, ConnectionError):
         raise
     except Exception:
@@ -68,9 +71,9 @@ async def authn_middleware(request: web.Request, handler: Handler) -> web.Stream
     user = identity.from_ssl_object(ssl_object)
     request["user"] = user
     if user.is_anonymous and request.path.rstrip("/") not in PUBLIC_PATHS:
-        raise errors.StatusError(403, "Forbidden",
-                                 f'forbidden: User "system:anonymous" cannot get path "{request.path}"',
-                                 {})
+        raise errors.StatusError(
+            403, "Forbidden", f'forbidden: User "system:anonymous" cannot get path "{request.path}"', {}
+        )
     return await handler(request)
 
 
@@ -79,8 +82,9 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
 
 
 def build_app(cluster: LogicalCluster) -> web.Application:
-    app = web.Application(middlewares=[error_middleware, authn_middleware],
-                          client_max_size=handlers.MAX_BODY + 1)
+    app = web.Application(
+        middlewares=[error_middleware, authn_middleware], client_max_size=handlers.MAX_BODY + 1
+    )
     app[handlers.CLUSTER] = cluster
     app.router.add_route("*", "/{tail:.*}", _dispatch)
     return app
@@ -95,7 +99,9 @@ def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str) -> ss
     return context
 
 
-async def serve(app: web.Application, *, host: str, port: int, ssl_context: ssl.SSLContext) -> tuple[web.AppRunner, int]:
+async def serve(
+    app: web.Application, *, host: str, port: int, ssl_context: ssl.SSLContext
+) -> tuple[web.AppRunner, int]:
     """Start a TLS listener; returns the runner and the bound port (useful with port 0)."""
     require_loopback(host)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5)

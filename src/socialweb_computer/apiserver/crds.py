@@ -33,22 +33,35 @@ def kind_rows(crd: Object) -> list[kinds.KindInfo]:
         subresources = tuple(s for s in ("status", "scale") if s in sub)
         scale = sub.get("scale") or {}
         columns = tuple(
-            kinds.PrinterColumn(name=c.get("name", ""), type=c.get("type", "string"), format=c.get("format", ""),
-                                description=c.get("description", ""), priority=int(c.get("priority", 0)),
-                                json_path=c.get("jsonPath", ""))
-            for c in version.get("additionalPrinterColumns") or [])
-        rows.append(kinds.KindInfo(
-            group=spec.get("group", ""), version=version["name"], kind=names.get("kind", ""),
-            plural=names.get("plural", ""), singular=names.get("singular") or names.get("kind", "").lower(),
-            namespaced=spec.get("scope") == "Namespaced", short_names=tuple(names.get("shortNames") or ()),
-            categories=tuple(names.get("categories") or ()), subresources=subresources,
-            schema=(version.get("schema") or {}).get("openAPIV3Schema"),
-            printer_columns=columns if "additionalPrinterColumns" in version else None,
-            scale_spec_path=scale.get("specReplicasPath", ".spec.replicas"),
-            scale_status_path=scale.get("statusReplicasPath", ".status.replicas"),
-            scale_selector_path=scale.get("labelSelectorPath", ""),
-            custom=True,
-        ))
+            kinds.PrinterColumn(
+                name=c.get("name", ""),
+                type=c.get("type", "string"),
+                format=c.get("format", ""),
+                description=c.get("description", ""),
+                priority=int(c.get("priority", 0)),
+                json_path=c.get("jsonPath", ""),
+            )
+            for c in version.get("additionalPrinterColumns") or []
+        )
+        rows.append(
+            kinds.KindInfo(
+                group=spec.get("group", ""),
+                version=version["name"],
+                kind=names.get("kind", ""),
+                plural=names.get("plural", ""),
+                singular=names.get("singular") or names.get("kind", "").lower(),
+                namespaced=spec.get("scope") == "Namespaced",
+                short_names=tuple(names.get("shortNames") or ()),
+                categories=tuple(names.get("categories") or ()),
+                subresources=subresources,
+                schema=(version.get("schema") or {}).get("openAPIV3Schema"),
+                printer_columns=columns if "additionalPrinterColumns" in version else None,
+                scale_spec_path=scale.get("specReplicasPath", ".spec.replicas"),
+                scale_status_path=scale.get("statusReplicasPath", ".status.replicas"),
+                scale_selector_path=scale.get("labelSelectorPath", ""),
+                custom=True,
+            )
+        )
     return rows
 
 
@@ -119,8 +132,15 @@ class CrdController:
             finalizers = [f for f in current["metadata"].get("finalizers") or [] if f != CLEANUP_FINALIZER]
             current["metadata"]["finalizers"] = finalizers
             try:
-                await self.store.update(self.kind, "", name, current, store_mod.WriteOptions(
-                    field_manager="apiextensions-apiserver", field_validation="Ignore"))
+                await self.store.update(
+                    self.kind,
+                    "",
+                    name,
+                    current,
+                    store_mod.WriteOptions(
+                        field_manager="apiextensions-apiserver", field_validation="Ignore"
+                    ),
+                )
                 return
             except Exception as e:  # a concurrent write: read again and retry
                 log.debug("CRD cleanup of %s retrying: %s", name, e)

@@ -80,8 +80,13 @@ def _resource_entry(kind: kinds.KindInfo) -> dict[str, Any]:
     subs = []
     for sub in kind.subresources:
         group, version, sub_kind = _sub_kind(kind, sub)
-        subs.append({"subresource": sub, "responseKind": {"group": group, "version": version, "kind": sub_kind},
-                     "verbs": list(_SUBRESOURCES.get(sub, (None, ("get",)))[1])})
+        subs.append(
+            {
+                "subresource": sub,
+                "responseKind": {"group": group, "version": version, "kind": sub_kind},
+                "verbs": list(_SUBRESOURCES.get(sub, (None, ("get",)))[1]),
+            }
+        )
     if subs:
         entry["subresources"] = subs
     return entry
@@ -94,13 +99,25 @@ def aggregated(registry: Registry, *, core: bool) -> dict[str, Any]:
     for group in groups:
         versions = []
         for version in _ordered_versions(registry.versions_of(group)):
-            resources = [_resource_entry(k) for k in registry.all()
-                         if k.group == group and k.version == version and _visible(k)]
-            versions.append({"version": version, "resources": sorted(resources, key=lambda r: r["resource"]),
-                             "freshness": "Current"})
+            resources = [
+                _resource_entry(k)
+                for k in registry.all()
+                if k.group == group and k.version == version and _visible(k)
+            ]
+            versions.append(
+                {
+                    "version": version,
+                    "resources": sorted(resources, key=lambda r: r["resource"]),
+                    "freshness": "Current",
+                }
+            )
         items.append({"metadata": {"name": group, "creationTimestamp": None}, "versions": versions})
-    return {"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
-            "metadata": {}, "items": items}
+    return {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    }
 
 
 def _version_priority(version: str) -> tuple[int, int, int]:
@@ -124,19 +141,26 @@ def preferred_version(registry: Registry, group: str) -> str:
 
 
 def legacy_core_versions(server_address: str) -> dict[str, Any]:
-    return {"kind": "APIVersions", "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    }
 
 
 def _group_entry(registry: Registry, group: str) -> dict[str, Any]:
-    versions = [{"groupVersion": f"{group}/{v}", "version": v}
-                for v in _ordered_versions(registry.versions_of(group))]
+    versions = [
+        {"groupVersion": f"{group}/{v}", "version": v} for v in _ordered_versions(registry.versions_of(group))
+    ]
     return {"name": group, "versions": versions, "preferredVersion": versions[0]}
 
 
 def legacy_group_list(registry: Registry) -> dict[str, Any]:
-    return {"kind": "APIGroupList", "apiVersion": "v1",
-            "groups": [_group_entry(registry, g) for g in registry.groups()]}
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [_group_entry(registry, g) for g in registry.groups()],
+    }
 
 
 def legacy_group(registry: Registry, group: str) -> dict[str, Any] | None:
@@ -151,24 +175,40 @@ def legacy_resource_list(registry: Registry, group: str, version: str) -> dict[s
         return None
     resources: list[dict[str, Any]] = []
     for k in sorted(rows, key=lambda r: r.plural):
-        entry: dict[str, Any] = {"name": k.plural, "singularName": k.singular, "namespaced": k.namespaced,
-                                 "kind": k.kind, "verbs": sorted(k.verbs)}
+        entry: dict[str, Any] = {
+            "name": k.plural,
+            "singularName": k.singular,
+            "namespaced": k.namespaced,
+            "kind": k.kind,
+            "verbs": sorted(k.verbs),
+        }
         if k.short_names:
             entry["shortNames"] = list(k.short_names)
         if k.categories:
             entry["categories"] = list(k.categories)
-        entry["storageVersionHash"] = hashlib.sha256(f"{k.group}/{k.version}/{k.kind}".encode()).digest()[
-            :8].hex()
+        entry["storageVersionHash"] = (
+            hashlib.sha256(f"{k.group}/{k.version}/{k.kind}".encode()).digest()[:8].hex()
+        )
         resources.append(entry)
         for sub in k.subresources:
             group_s, version_s, kind_s = _sub_kind(k, sub)
-            sub_entry: dict[str, Any] = {"name": f"{k.plural}/{sub}", "singularName": "", "namespaced": k.namespaced,
-                                         "kind": kind_s, "verbs": list(_SUBRESOURCES.get(sub, (None, ("get",)))[1])}
+            sub_entry: dict[str, Any] = {
+                "name": f"{k.plural}/{sub}",
+                "singularName": "",
+                "namespaced": k.namespaced,
+                "kind": kind_s,
+                "verbs": list(_SUBRESOURCES.get(sub, (None, ("get",)))[1]),
+            }
             if (group_s, version_s) != (k.group, k.version):
                 sub_entry["group"], sub_entry["version"] = group_s, version_s
             resources.append(sub_entry)
     group_version = f"{group}/{version}" if group else version
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": resources,
+    }
 
 
 def etag(document: dict[str, Any]) -> str:

@@ -35,10 +35,17 @@ CLUSTER: web.AppKey[cluster_mod.LogicalCluster] = web.AppKey("cluster", cluster_
 USER: str = "socialweb_user"
 
 
-def json_response(body: Any, status: int = 200, *, content_type: str = JSON,
-                  warnings: list[str] | None = None, headers: dict[str, str] | None = None) -> web.Response:
-    response = web.Response(body=orjson.dumps(body), status=status, content_type=content_type.split(";")[0],
-                            headers=headers)
+def json_response(
+    body: Any,
+    status: int = 200,
+    *,
+    content_type: str = JSON,
+    warnings: list[str] | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    response = web.Response(
+        body=orjson.dumps(body), status=status, content_type=content_type.split(";")[0], headers=headers
+    )
     if ";" in content_type:
         response.headers["Content-Type"] = content_type
     for warning in warnings or []:
@@ -73,7 +80,8 @@ def _cluster(request: web.Request) -> cluster_mod.LogicalCluster:
 
 def _wants_aggregated(request: web.Request) -> bool:
     return "as=APIGroupDiscoveryList" in request.headers.get("Accept", "") and "v=v2;" in (
-        request.headers.get("Accept", "").replace(" ", "") + ";")
+        request.headers.get("Accept", "").replace(" ", "") + ";"
+    )
 
 
 async def handle_discovery(request: web.Request, segments: list[str]) -> web.Response:
@@ -84,7 +92,7 @@ async def handle_discovery(request: web.Request, segments: list[str]) -> web.Res
         if _wants_aggregated(request):
             doc = discovery.aggregated(registry, core=core)
             return _cacheable(request, doc, discovery.AGGREGATED_CONTENT_TYPE)
-        doc = (discovery.legacy_core_versions(request.host) if core else discovery.legacy_group_list(registry))
+        doc = discovery.legacy_core_versions(request.host) if core else discovery.legacy_group_list(registry)
         return _cacheable(request, doc, JSON)
     if segments[0] == "api" and len(segments) == 2:
         doc = discovery.legacy_resource_list(registry, "", segments[1])
@@ -116,9 +124,9 @@ async def handle_openapi(request: web.Request, segments: list[str]) -> web.Strea
         return json_response(cluster.openapi_cache("v3", lambda: openapi.v3_index(rows)))
     group_version = "/".join(segments[2:])
     if group_version.startswith("api/"):
-        gv = group_version[len("api/"):]
+        gv = group_version[len("api/") :]
     elif group_version.startswith("apis/"):
-        gv = group_version[len("apis/"):]
+        gv = group_version[len("apis/") :]
     else:
         raise errors.resource_not_found_message()
     if not any(k.group_version == gv for k in rows):
@@ -127,15 +135,26 @@ async def handle_openapi(request: web.Request, segments: list[str]) -> web.Strea
     headers = {}
     if request.query.get("hash"):
         headers["Cache-Control"] = "public, immutable"
-        headers["Expires"] = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 365 * 86400))
+        headers["Expires"] = time.strftime(
+            "%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 365 * 86400)
+        )
     else:
         headers["Cache-Control"] = "no-cache, private"
     return json_response(doc, headers=headers)
 
 
 def root_paths(cluster: cluster_mod.LogicalCluster) -> dict[str, Any]:
-    paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2", "/openapi/v3", "/readyz",
-             "/version"]
+    paths = [
+        "/api",
+        "/api/v1",
+        "/apis",
+        "/healthz",
+        "/livez",
+        "/openapi/v2",
+        "/openapi/v3",
+        "/readyz",
+        "/version",
+    ]
     for group in cluster.registry.groups():
         paths.append(f"/apis/{group}")
         paths.extend(f"/apis/{group}/{v}" for v in cluster.registry.versions_of(group))
@@ -174,7 +193,7 @@ async def decode_object(request: web.Request, kind: str = "") -> tuple[dict[str,
 
 
 def _table_version(request: web.Request) -> str | None:
-    """"v1" or "v1beta1" when the client asked for a Table (kubectl get), else None."""
+    """ "v1" or "v1beta1" when the client asked for a Table (kubectl get), else None."""
     return printers.negotiate_table(request.headers.get("Accept", ""))
 
 
@@ -189,10 +208,16 @@ def _write_options(request: web.Request, sub: str) -> store_mod.WriteOptions:
     manager = request.query.get("fieldManager", "")
     if len(manager) > 128:
         raise errors.bad_request("fieldManager: Too long: may not be more than 128 bytes")
-    mode = validation.directive(request.query.get("fieldValidation"), _OPTIONS_KIND.get(request.method,
-                                                                                          "CreateOptions"))
-    return store_mod.WriteOptions(dry_run=req.dry_run(request), field_manager=manager, field_validation=mode,
-                                  force=req.query_flag(request, "force"), subresource=sub)
+    mode = validation.directive(
+        request.query.get("fieldValidation"), _OPTIONS_KIND.get(request.method, "CreateOptions")
+    )
+    return store_mod.WriteOptions(
+        dry_run=req.dry_run(request),
+        field_manager=manager,
+        field_validation=mode,
+        force=req.query_flag(request, "force"),
+        subresource=sub,
+    )
 
 
 def _default_manager(request: web.Request, options: store_mod.WriteOptions) -> store_mod.WriteOptions:
@@ -202,9 +227,13 @@ def _default_manager(request: web.Request, options: store_mod.WriteOptions) -> s
 
     agent = request.headers.get("User-Agent", "")
     manager = managedfields.default_manager(agent) if agent else "unknown"
-    return store_mod.WriteOptions(dry_run=options.dry_run, field_manager=manager,
-                                  field_validation=options.field_validation, force=options.force,
-                                  subresource=options.subresource)
+    return store_mod.WriteOptions(
+        dry_run=options.dry_run,
+        field_manager=manager,
+        field_validation=options.field_validation,
+        force=options.force,
+        subresource=options.subresource,
+    )
 
 
 async def _delete_options(request: web.Request) -> store_mod.DeleteOptions:
@@ -221,8 +250,10 @@ async def _delete_options(request: web.Request) -> store_mod.DeleteOptions:
         grace = req.int_query(request, "gracePeriodSeconds")
     policy = body.get("propagationPolicy") or request.query.get("propagationPolicy") or None
     if policy is not None and policy not in ("Orphan", "Background", "Foreground"):
-        raise errors.bad_request(f"propagationPolicy: Unsupported value: \"{policy}\": supported values: "
-                                 "\"Foreground\", \"Background\", \"Orphan\"")
+        raise errors.bad_request(
+            f'propagationPolicy: Unsupported value: "{policy}": supported values: '
+            '"Foreground", "Background", "Orphan"'
+        )
     orphan = body.get("orphanDependents")
     if orphan is None and "orphanDependents" in request.query:
         orphan = req.query_flag(request, "orphanDependents")
@@ -230,18 +261,31 @@ async def _delete_options(request: web.Request) -> store_mod.DeleteOptions:
     dry = body.get("dryRun") or request.query.getall("dryRun", [])
     for value in dry:
         if value != "All":
-            raise errors.bad_request(f"dryRun: Unsupported value: \"{value}\": supported values: \"All\"")
-    return store_mod.DeleteOptions(dry_run=bool(dry), grace_period_seconds=grace, propagation_policy=policy,
-                                   orphan_dependents=orphan, precondition_uid=preconditions.get("uid"),
-                                   precondition_resource_version=preconditions.get("resourceVersion"))
+            raise errors.bad_request(f'dryRun: Unsupported value: "{value}": supported values: "All"')
+    return store_mod.DeleteOptions(
+        dry_run=bool(dry),
+        grace_period_seconds=grace,
+        propagation_policy=policy,
+        orphan_dependents=orphan,
+        precondition_uid=preconditions.get("uid"),
+        precondition_resource_version=preconditions.get("resourceVersion"),
+    )
 
 
-def _render(request: web.Request, kind: kinds.KindInfo, obj: dict[str, Any], status: int = 200,
-            warnings: list[str] | None = None) -> web.Response:
+def _render(
+    request: web.Request,
+    kind: kinds.KindInfo,
+    obj: dict[str, Any],
+    status: int = 200,
+    warnings: list[str] | None = None,
+) -> web.Response:
     version = _table_version(request)
     if version and request.method == "GET":
-        return json_response(printers.build_table(kind, [obj], include_object=_include_object(request),
-                                                  table_version=version), status, warnings=warnings)
+        return json_response(
+            printers.build_table(kind, [obj], include_object=_include_object(request), table_version=version),
+            status,
+            warnings=warnings,
+        )
     return json_response(obj, status, warnings=warnings)
 
 
@@ -267,8 +311,13 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
             listed = await store.list(kind, rr.namespace, req.list_options(request))
             version = _table_version(request)
             if version:
-                table = printers.build_table(kind, listed["items"], include_object=_include_object(request),
-                                             list_meta=listed["metadata"], table_version=version)
+                table = printers.build_table(
+                    kind,
+                    listed["items"],
+                    include_object=_include_object(request),
+                    list_meta=listed["metadata"],
+                    table_version=version,
+                )
                 return json_response(table)
             return json_response(listed)
         if method == "POST":
@@ -283,8 +332,12 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
         raise errors.method_not_allowed()
     if method == "GET":
         if req.query_flag(request, "watch"):
-            raise errors.bad_request("watch of a single object is done with a fieldSelector on the collection")
-        obj = await store.get(kind, rr.namespace, rr.name, resource_version=request.query.get("resourceVersion", ""))
+            raise errors.bad_request(
+                "watch of a single object is done with a fieldSelector on the collection"
+            )
+        obj = await store.get(
+            kind, rr.namespace, rr.name, resource_version=request.query.get("resourceVersion", "")
+        )
         return _render(request, kind, obj)
     if method == "PUT":
         obj, duplicates = await decode_object(request, kind.kind)
@@ -300,21 +353,26 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
     raise errors.method_not_allowed()
 
 
-async def _patch(request: web.Request, kind: kinds.KindInfo, rr: req.ResourceRequest, sub: str) -> web.Response:
+async def _patch(
+    request: web.Request, kind: kinds.KindInfo, rr: req.ResourceRequest, sub: str
+) -> web.Response:
     ptype = patch_type(request.headers.get("Content-Type", ""), custom_resource=kind.custom)
     body = await read_body(request)
     options = _write_options(request, sub)
-    ssa.validate_patch_options(options.field_manager, force_given="force" in request.query,
-                               is_apply=ptype == "apply")
+    ssa.validate_patch_options(
+        options.field_manager, force_given="force" in request.query, is_apply=ptype == "apply"
+    )
     if ptype != "apply":
         options = _default_manager(request, options)
-    result = await _cluster(request).store.patch(kind, rr.namespace, rr.name, ptype, body, options,
-                                                 user_agent=request.headers.get("User-Agent", ""))
+    result = await _cluster(request).store.patch(
+        kind, rr.namespace, rr.name, ptype, body, options, user_agent=request.headers.get("User-Agent", "")
+    )
     return json_response(result.object, 201 if result.created else 200, warnings=result.warnings)
 
 
-async def handle_subresource(request: web.Request, cluster: cluster_mod.LogicalCluster, kind: kinds.KindInfo,
-                             rr: req.ResourceRequest) -> web.StreamResponse:
+async def handle_subresource(
+    request: web.Request, cluster: cluster_mod.LogicalCluster, kind: kinds.KindInfo, rr: req.ResourceRequest
+) -> web.StreamResponse:
     if not kind.has_subresource(rr.subresource):
         raise errors.resource_not_found_message()
     handler = cluster.subresource_handlers.get(rr.subresource)
@@ -332,8 +390,11 @@ async def handle_subresource(request: web.Request, cluster: cluster_mod.LogicalC
         if request.method == "PATCH":
             return await _patch(request, kind, rr, "status")
         raise errors.method_not_allowed()
-    raise errors.StatusError(501, "NotImplemented",
-                             f"the {rr.subresource} subresource of {kind.plural} is not served by this server yet")
+    raise errors.StatusError(
+        501,
+        "NotImplemented",
+        f"the {rr.subresource} subresource of {kind.plural} is not served by this server yet",
+    )
 
 
 # --------------------------------------------------------------------------- watch
@@ -347,13 +408,32 @@ async def handle_watch(request: web.Request, kind: kinds.KindInfo, namespace: st
     if "sendInitialEvents" in request.query:
         send_initial = req.query_flag(request, "sendInitialEvents")
         if send_initial and not bookmarks:
-            raise errors.invalid("ListOptions", "", [errors.Cause(
-                "FieldValueForbidden", "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
-                "allowWatchBookmarks")], "meta.k8s.io")
+            raise errors.invalid(
+                "ListOptions",
+                "",
+                [
+                    errors.Cause(
+                        "FieldValueForbidden",
+                        "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
+                        "allowWatchBookmarks",
+                    )
+                ],
+                "meta.k8s.io",
+            )
         if options.resource_version_match != "NotOlderThan":
-            raise errors.invalid("ListOptions", "", [errors.Cause(
-                "FieldValueForbidden", "Forbidden: sendInitialEvents is forbidden for watch unless "
-                "resourceVersionMatch is set to NotOlderThan", "resourceVersionMatch")], "meta.k8s.io")
+            raise errors.invalid(
+                "ListOptions",
+                "",
+                [
+                    errors.Cause(
+                        "FieldValueForbidden",
+                        "Forbidden: sendInitialEvents is forbidden for watch unless "
+                        "resourceVersionMatch is set to NotOlderThan",
+                        "resourceVersionMatch",
+                    )
+                ],
+                "meta.k8s.io",
+            )
     elif options.resource_version_match:
         raise errors.bad_request("resourceVersionMatch is forbidden for watch")
     timeout = req.int_query(request, "timeoutSeconds")
@@ -367,7 +447,9 @@ async def handle_watch(request: web.Request, kind: kinds.KindInfo, namespace: st
             raise
         events = None
         expired = e
-    response = web.StreamResponse(status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
+    response = web.StreamResponse(
+        status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"}
+    )
     response.enable_chunked_encoding()
     await response.prepare(request)
     if events is None:
@@ -418,8 +500,9 @@ async def handle_watch(request: web.Request, kind: kinds.KindInfo, namespace: st
             obj = event.object
             if table_version and event.type not in ("BOOKMARK", "ERROR"):
                 # Like a real server: column definitions go with the first event only.
-                obj = printers.build_table(kind, [obj], include_object=include, no_headers=headers_sent,
-                                           table_version=table_version)
+                obj = printers.build_table(
+                    kind, [obj], include_object=include, no_headers=headers_sent, table_version=table_version
+                )
                 headers_sent = True
             await response.write(orjson.dumps({"type": event.type, "object": obj}) + b"\n")
     except (ConnectionResetError, asyncio.CancelledError):

@@ -174,7 +174,8 @@ _CONTINUE_EXPIRED = (
     "list without the continue parameter, or use the continue token in this response to retrieve the "
     "remainder of the results. Continuing with the provided token results in an inconsistent list - "
     "objects that were created, modified, or deleted between the time the first chunk was returned and "
-    "now may show up in the list.")
+    "now may show up in the list."
+)
 
 
 class Store:
@@ -226,25 +227,41 @@ class Store:
         if kv is None:
             raise errors.not_found("namespaces", namespace)
         ns = orjson.loads(kv.value)
-        if ns.get("metadata", {}).get("deletionTimestamp") or ns.get("status", {}).get("phase") == "Terminating":
-            raise StatusError(403, "Forbidden",
-                              f"{kind.plural} \"{{name}}\" is forbidden: unable to create new content in "
-                              f"namespace {namespace} because it is being terminated",
-                              {"kind": kind.plural,
-                               "causes": [{"reason": "NamespaceTerminating",
-                                           "message": f"namespace {namespace} is being terminated",
-                                           "field": "metadata.namespace"}]})
+        if (
+            ns.get("metadata", {}).get("deletionTimestamp")
+            or ns.get("status", {}).get("phase") == "Terminating"
+        ):
+            raise StatusError(
+                403,
+                "Forbidden",
+                f'{kind.plural} "{{name}}" is forbidden: unable to create new content in '
+                f"namespace {namespace} because it is being terminated",
+                {
+                    "kind": kind.plural,
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {namespace} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
+            )
 
     # ---------------------------------------------------------------- reads
 
-    async def get(self, kind: kinds.KindInfo, namespace: str, name: str, *, resource_version: str = "") -> Object:
+    async def get(
+        self, kind: kinds.KindInfo, namespace: str, name: str, *, resource_version: str = ""
+    ) -> Object:
         revision = _parse_rv(resource_version) if resource_version not in ("", "0") else 0
         try:
             kv = await self.backend.get(self.key(kind, namespace, name), revision=revision)
         except storage.CompactedError as e:
             raise errors.gone(f"too old resource version: {e.requested} ({e.compacted})") from None
         except storage.FutureRevisionError:
-            raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}) from None
+            raise StatusError(
+                504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}
+            ) from None
         if kv is None:
             raise errors.not_found(kind.plural, name, kind.group)
         return self._finish(kind, decode(kv))
@@ -262,22 +279,30 @@ class Store:
             elif rv > await self.backend.current_revision():
                 raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1})
         elif options.resource_version_match == "Exact":
-            raise errors.bad_request("resourceVersionMatch: Forbidden: resourceVersionMatch \"Exact\" is "
-                                     "forbidden for resourceVersion \"0\"")
+            raise errors.bad_request(
+                'resourceVersionMatch: Forbidden: resourceVersionMatch "Exact" is '
+                'forbidden for resourceVersion "0"'
+            )
         items: list[Object] = []
         last_key = start_after
         more = False
         limit = options.limit if options.limit > 0 else 0
         while True:
             try:
-                page = await self.backend.list(prefix, start_after=last_key, revision=revision,
-                                               limit=(limit - len(items)) if limit else 0)
+                page = await self.backend.list(
+                    prefix,
+                    start_after=last_key,
+                    revision=revision,
+                    limit=(limit - len(items)) if limit else 0,
+                )
             except storage.CompactedError:
                 if options.continue_token:
                     raise errors.gone(_CONTINUE_EXPIRED) from None
                 raise errors.gone("The resourceVersion for the provided list is too old.") from None
             except storage.FutureRevisionError:
-                raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}) from None
+                raise StatusError(
+                    504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}
+                ) from None
             revision = page.revision
             for kv in page.items:
                 last_key = kv.key
@@ -304,15 +329,23 @@ class Store:
 
     # ---------------------------------------------------------------- create
 
-    async def create(self, kind: kinds.KindInfo, namespace: str, obj: Object, options: WriteOptions,
-                     *, raw_duplicates: tuple[str, ...] = ()) -> WriteResult:
+    async def create(
+        self,
+        kind: kinds.KindInfo,
+        namespace: str,
+        obj: Object,
+        options: WriteOptions,
+        *,
+        raw_duplicates: tuple[str, ...] = (),
+    ) -> WriteResult:
         warnings = self._check_fields(kind, obj, raw_duplicates, options)
         self._check_type_meta(kind, obj)
         meta = objects.meta(obj)
         if kind.namespaced:
             if meta.get("namespace") and namespace and meta["namespace"] != namespace:
-                raise errors.bad_request("the namespace of the provided object does not match the namespace "
-                                         "sent on the request")
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
             meta["namespace"] = namespace or meta.get("namespace", "")
             namespace = meta["namespace"]
         else:
@@ -361,27 +394,43 @@ class Store:
     def _check_type_meta(self, kind: kinds.KindInfo, obj: Object) -> None:
         api_version, obj_kind = obj.get("apiVersion"), obj.get("kind")
         if obj_kind and obj_kind != kind.kind:
-            raise errors.bad_request(f"the API version in the data ({api_version}) does not match the expected "
-                                     f"API version ({kind.api_version})" if api_version != kind.api_version
-                                     else f"{obj_kind} in version \"{kind.version}\" cannot be handled as a "
-                                     f"{kind.kind}: no kind \"{obj_kind}\" is registered for version "
-                                     f"\"{api_version}\"")
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected "
+                f"API version ({kind.api_version})"
+                if api_version != kind.api_version
+                else f'{obj_kind} in version "{kind.version}" cannot be handled as a '
+                f'{kind.kind}: no kind "{obj_kind}" is registered for version '
+                f'"{api_version}"'
+            )
         if api_version and api_version != kind.api_version:
-            raise errors.bad_request(f"the API version in the data ({api_version}) does not match the expected "
-                                     f"API version ({kind.api_version})")
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected "
+                f"API version ({kind.api_version})"
+            )
 
-    def _check_fields(self, kind: kinds.KindInfo, obj: Object, duplicates: tuple[str, ...],
-                      options: WriteOptions) -> list[str]:
+    def _check_fields(
+        self, kind: kinds.KindInfo, obj: Object, duplicates: tuple[str, ...], options: WriteOptions
+    ) -> list[str]:
         if kind.custom:
             pruned = structural.prune(obj, kind.schema or {}) if kind.schema else []
-            return validation.report_fields(pruned, list(duplicates), mode=options.field_validation,
-                                            kind=kind.kind, version=kind.version)
-        return validation.check_fields(obj, list(duplicates), self.schema_of(kind), mode=options.field_validation,
-                                       kind=kind.kind, version=kind.version)
+            return validation.report_fields(
+                pruned, list(duplicates), mode=options.field_validation, kind=kind.kind, version=kind.version
+            )
+        return validation.check_fields(
+            obj,
+            list(duplicates),
+            self.schema_of(kind),
+            mode=options.field_validation,
+            kind=kind.kind,
+            version=kind.version,
+        )
 
-    def _validate(self, kind: kinds.KindInfo, strategy: strategy_base.Strategy, obj: Object,
-                  old: Object | None) -> None:
-        causes = strategy_base.validate_metadata(obj, namespaced=kind.namespaced, name_format=strategy.name_format)
+    def _validate(
+        self, kind: kinds.KindInfo, strategy: strategy_base.Strategy, obj: Object, old: Object | None
+    ) -> None:
+        causes = strategy_base.validate_metadata(
+            obj, namespaced=kind.namespaced, name_format=strategy.name_format
+        )
         if old is None:
             causes += strategy.validate(obj)
         else:
@@ -397,27 +446,42 @@ class Store:
 
     def _track(self, kind: kinds.KindInfo, old: Object | None, new: Object, options: WriteOptions) -> None:
         manager = options.field_manager or "unknown"
-        managedfields.update(old, new, manager=manager, api_version=kind.api_version,
-                             now=objects.rfc3339(objects.now()), schema=self.schema_of(kind),
-                             subresource=options.subresource,
-                             reset_fields=managedfields.reset_fields_for(options.subresource,
-                                                                        kind.has_subresource("status")))
+        managedfields.update(
+            old,
+            new,
+            manager=manager,
+            api_version=kind.api_version,
+            now=objects.rfc3339(objects.now()),
+            schema=self.schema_of(kind),
+            subresource=options.subresource,
+            reset_fields=managedfields.reset_fields_for(options.subresource, kind.has_subresource("status")),
+        )
 
     # ---------------------------------------------------------------- update
 
-    async def update(self, kind: kinds.KindInfo, namespace: str, name: str, obj: Object, options: WriteOptions,
-                     *, raw_duplicates: tuple[str, ...] = ()) -> WriteResult:
+    async def update(
+        self,
+        kind: kinds.KindInfo,
+        namespace: str,
+        name: str,
+        obj: Object,
+        options: WriteOptions,
+        *,
+        raw_duplicates: tuple[str, ...] = (),
+    ) -> WriteResult:
         warnings = self._check_fields(kind, obj, raw_duplicates, options)
         self._check_type_meta(kind, obj)
         meta = objects.meta(obj)
         if meta.get("name") and meta["name"] != name:
-            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the "
-                                     f"URL ({name})")
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+            )
         meta["name"] = name
         if kind.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
-                raise errors.bad_request("the namespace of the provided object does not match the namespace "
-                                         "sent on the request")
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
             meta["namespace"] = namespace
         expected = _parse_rv(meta["resourceVersion"]) if meta.get("resourceVersion") else 0
         for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
@@ -435,7 +499,9 @@ class Store:
             return result
         raise AssertionError("unreachable")
 
-    def _merge_for_subresource(self, kind: kinds.KindInfo, new: Object, old: Object, subresource: str) -> Object:
+    def _merge_for_subresource(
+        self, kind: kinds.KindInfo, new: Object, old: Object, subresource: str
+    ) -> Object:
         """Status writes change only status; main-resource writes never change status."""
         if subresource == "status":
             merged = copy.deepcopy(old)
@@ -452,8 +518,15 @@ class Store:
                 new.pop("status", None)
         return new
 
-    async def _write_update(self, kind: kinds.KindInfo, namespace: str, old: Object, new: Object,
-                            kv: storage.KeyValue, options: WriteOptions) -> WriteResult:
+    async def _write_update(
+        self,
+        kind: kinds.KindInfo,
+        namespace: str,
+        old: Object,
+        new: Object,
+        kv: storage.KeyValue,
+        options: WriteOptions,
+    ) -> WriteResult:
         new = self._merge_for_subresource(kind, new, old, options.subresource)
         old_meta, meta = old.get("metadata", {}), objects.meta(new)
         for field in _SYSTEM_META:
@@ -466,9 +539,19 @@ class Store:
             # Finalizers may only be removed from an object being deleted.
             added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
             if added:
-                raise errors.invalid(kind.kind, meta.get("name", ""), [Cause(
-                    "FieldValueForbidden", f"Forbidden: no new finalizers can be added if the object is being "
-                    f"deleted, found new finalizers {sorted(added)}", "metadata.finalizers")], kind.group)
+                raise errors.invalid(
+                    kind.kind,
+                    meta.get("name", ""),
+                    [
+                        Cause(
+                            "FieldValueForbidden",
+                            f"Forbidden: no new finalizers can be added if the object is being "
+                            f"deleted, found new finalizers {sorted(added)}",
+                            "metadata.finalizers",
+                        )
+                    ],
+                    kind.group,
+                )
         strategy = strategies.for_kind(kind.group, kind.kind)
         if not options.subresource:
             strategy.prepare_for_update(new, old)
@@ -500,21 +583,34 @@ class Store:
     @staticmethod
     def _spec_changed(kind: kinds.KindInfo, new: Object, old: Object) -> bool:
         ignore = {"metadata", "status", "apiVersion", "kind"}
-        return {k: v for k, v in new.items() if k not in ignore} != {k: v for k, v in old.items() if k not in ignore}
+        return {k: v for k, v in new.items() if k not in ignore} != {
+            k: v for k, v in old.items() if k not in ignore
+        }
 
     @staticmethod
     def _same(new: Object, old: Object) -> bool:
         """An update that changes nothing is not written (no new resourceVersion), as in Kubernetes."""
+
         def strip(o: Object) -> Object:
             out = {k: v for k, v in o.items() if k not in ("apiVersion", "kind")}
             out["metadata"] = {k: v for k, v in o.get("metadata", {}).items() if k != "managedFields"}
             return out
+
         return strip(new) == strip(old)
 
     # ---------------------------------------------------------------- patch
 
-    async def patch(self, kind: kinds.KindInfo, namespace: str, name: str, patch_type: str, body: bytes,
-                    options: WriteOptions, *, user_agent: str = "") -> WriteResult:
+    async def patch(
+        self,
+        kind: kinds.KindInfo,
+        namespace: str,
+        name: str,
+        patch_type: str,
+        body: bytes,
+        options: WriteOptions,
+        *,
+        user_agent: str = "",
+    ) -> WriteResult:
         if patch_type == "strategic" and kind.custom:
             raise patching.strategic_not_supported(kind.plural)
         if patch_type == "apply":
@@ -525,22 +621,35 @@ class Store:
         for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self._get_kv(kind, namespace, name)
             old = self._finish(kind, decode(kv))
-            patched = patching.patch_object(patch_type, copy.deepcopy(old), body, schema=self.schema_of(kind),
-                                            field_validation=options.field_validation)
+            patched = patching.patch_object(
+                patch_type,
+                copy.deepcopy(old),
+                body,
+                schema=self.schema_of(kind),
+                field_validation=options.field_validation,
+            )
             if not isinstance(patched, dict):
-                raise patching.invalid_patch(patch_type, patched, "cannot unmarshal array into Go value of "
-                                             f"type {kind.kind}")
+                raise patching.invalid_patch(
+                    patch_type, patched, f"cannot unmarshal array into Go value of type {kind.kind}"
+                )
             if not kind.custom:
                 drop_nulls(patched)
             unknown = structural.prune(patched, kind.schema) if kind.custom and kind.schema else None
             warnings = validation.check_patch_fields(
-                patched, patch_duplicates, self.schema_of(kind), mode=options.field_validation,
-                patch_text=orjson.dumps(patched, option=orjson.OPT_SORT_KEYS).decode(), unknown=unknown)
+                patched,
+                patch_duplicates,
+                self.schema_of(kind),
+                mode=options.field_validation,
+                patch_text=orjson.dumps(patched, option=orjson.OPT_SORT_KEYS).decode(),
+                unknown=unknown,
+            )
             self._check_type_meta(kind, patched)
             pmeta = objects.meta(patched)
             if pmeta.get("name", name) != name:
-                raise errors.bad_request(f"the name of the object ({pmeta.get('name')}) does not match the name "
-                                         f"on the URL ({name})")
+                raise errors.bad_request(
+                    f"the name of the object ({pmeta.get('name')}) does not match the name "
+                    f"on the URL ({name})"
+                )
             pmeta["name"] = name
             if kind.namespaced:
                 pmeta["namespace"] = namespace
@@ -557,11 +666,14 @@ class Store:
             return result
         raise AssertionError("unreachable")
 
-    async def _apply(self, kind: kinds.KindInfo, namespace: str, name: str, body: bytes,
-                     options: WriteOptions) -> WriteResult:
+    async def _apply(
+        self, kind: kinds.KindInfo, namespace: str, name: str, body: bytes, options: WriteOptions
+    ) -> WriteResult:
         if not options.field_manager:
-            raise errors.bad_request("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: "
-                                     "is required for apply patch")
+            raise errors.bad_request(
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                "is required for apply patch"
+            )
         applied = ssa.parse_apply_body(body)
         duplicates: list[str] = []
         if options.field_validation != "Ignore":
@@ -569,22 +681,35 @@ class Store:
         self._check_type_meta(kind, applied)
         ameta = objects.meta(applied)
         if ameta.get("name", name) != name:
-            raise errors.bad_request(f"the name of the object ({ameta.get('name')}) does not match the name on "
-                                     f"the URL ({name})")
+            raise errors.bad_request(
+                f"the name of the object ({ameta.get('name')}) does not match the name on the URL ({name})"
+            )
         warnings = validation.check_apply_fields(duplicates, mode=options.field_validation)
         now = objects.rfc3339(objects.now())
         reset = managedfields.reset_fields_for(options.subresource, kind.has_subresource("status"))
         for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self.backend.get(self.key(kind, namespace, name))
             if kv is None:
-                obj = ssa.apply(None, applied, manager=options.field_manager, force=options.force,
-                                api_version=kind.api_version, now=now, schema=self.schema_of(kind),
-                                kind=kind.kind, name=name, reset_fields=reset)
+                obj = ssa.apply(
+                    None,
+                    applied,
+                    manager=options.field_manager,
+                    force=options.force,
+                    api_version=kind.api_version,
+                    now=now,
+                    schema=self.schema_of(kind),
+                    kind=kind.kind,
+                    name=name,
+                    reset_fields=reset,
+                )
                 objects.meta(obj)["name"] = name
                 try:
-                    result = await self.create(kind, namespace, obj,
-                                               dataclasses.replace(options, field_manager="",
-                                                                   field_validation="Ignore"))
+                    result = await self.create(
+                        kind,
+                        namespace,
+                        obj,
+                        dataclasses.replace(options, field_manager="", field_validation="Ignore"),
+                    )
                 except StatusError as e:
                     if e.reason == "AlreadyExists" and attempt < _UNCONDITIONAL_CAS_RETRIES - 1:
                         continue
@@ -592,30 +717,46 @@ class Store:
                 result.warnings = warnings
                 return result
             old = self._finish(kind, decode(kv))
-            new = ssa.apply(copy.deepcopy(old), applied, manager=options.field_manager, force=options.force,
-                            api_version=kind.api_version, now=now, schema=self.schema_of(kind),
-                            kind=kind.kind, name=name, reset_fields=reset)
+            new = ssa.apply(
+                copy.deepcopy(old),
+                applied,
+                manager=options.field_manager,
+                force=options.force,
+                api_version=kind.api_version,
+                now=now,
+                schema=self.schema_of(kind),
+                kind=kind.kind,
+                name=name,
+                reset_fields=reset,
+            )
             try:
-                result = await self._write_update(kind, namespace, old, new, kv,
-                                                  dataclasses.replace(options, field_manager=""))
+                result = await self._write_update(
+                    kind, namespace, old, new, kv, dataclasses.replace(options, field_manager="")
+                )
             except storage.RevisionMismatchError:
                 continue
             result.warnings = warnings
             return result
         raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT)
 
-    async def bind(self, kind: kinds.KindInfo, namespace: str, name: str, node: str,
-                   conditions: list[Object]) -> Object:
+    async def bind(
+        self, kind: kinds.KindInfo, namespace: str, name: str, node: str, conditions: list[Object]
+    ) -> Object:
         """Assign a pod to a node: the one write allowed to set `spec.nodeName` after creation."""
         for _attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self._get_kv(kind, namespace, name)
             old = decode(kv)
             if (old.get("spec") or {}).get("nodeName"):
-                raise errors.conflict(kind.plural, name, kind.group,
-                                      f"pod {name} is already assigned to node \"{old['spec']['nodeName']}\"")
+                raise errors.conflict(
+                    kind.plural,
+                    name,
+                    kind.group,
+                    f'pod {name} is already assigned to node "{old["spec"]["nodeName"]}"',
+                )
             if old["metadata"].get("deletionTimestamp"):
-                raise errors.conflict(kind.plural, name, kind.group, "pod is being deleted, cannot be assigned "
-                                      "to a host")
+                raise errors.conflict(
+                    kind.plural, name, kind.group, "pod is being deleted, cannot be assigned to a host"
+                )
             new = copy.deepcopy(old)
             new.setdefault("spec", {})["nodeName"] = node
             new.setdefault("status", {})["conditions"] = conditions
@@ -631,22 +772,34 @@ class Store:
 
     # ---------------------------------------------------------------- delete
 
-    async def delete(self, kind: kinds.KindInfo, namespace: str, name: str, options: DeleteOptions) -> tuple[Object, int]:
+    async def delete(
+        self, kind: kinds.KindInfo, namespace: str, name: str, options: DeleteOptions
+    ) -> tuple[Object, int]:
         """Delete or start deleting. Returns the object (or a Status) and the HTTP code."""
         for _attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self._get_kv(kind, namespace, name)
             obj = self._finish(kind, decode(kv))
             meta = obj["metadata"]
             if options.precondition_uid and options.precondition_uid != meta.get("uid"):
-                raise errors.conflict(kind.plural, name, kind.group,
-                                      f"Precondition failed: UID in precondition: {options.precondition_uid}, "
-                                      f"UID in object meta: {meta.get('uid')}")
-            if options.precondition_resource_version and options.precondition_resource_version != meta[
-                    "resourceVersion"]:
-                raise errors.conflict(kind.plural, name, kind.group,
-                                      f"Precondition failed: ResourceVersion in precondition: "
-                                      f"{options.precondition_resource_version}, ResourceVersion in object meta: "
-                                      f"{meta['resourceVersion']}")
+                raise errors.conflict(
+                    kind.plural,
+                    name,
+                    kind.group,
+                    f"Precondition failed: UID in precondition: {options.precondition_uid}, "
+                    f"UID in object meta: {meta.get('uid')}",
+                )
+            if (
+                options.precondition_resource_version
+                and options.precondition_resource_version != meta["resourceVersion"]
+            ):
+                raise errors.conflict(
+                    kind.plural,
+                    name,
+                    kind.group,
+                    f"Precondition failed: ResourceVersion in precondition: "
+                    f"{options.precondition_resource_version}, ResourceVersion in object meta: "
+                    f"{meta['resourceVersion']}",
+                )
             finalizers = list(meta.get("finalizers") or [])
             policy = options.propagation_policy or ("Orphan" if options.orphan_dependents else None)
             if policy == "Foreground" and "foregroundDeletion" not in finalizers:
@@ -697,9 +850,12 @@ class Store:
             return max(options.grace_period_seconds, 0)
         return int((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
 
-    async def delete_collection(self, kind: kinds.KindInfo, namespace: str, list_options: ListOptions,
-                                options: DeleteOptions) -> Object:
-        listed = await self.list(kind, namespace, dataclasses.replace(list_options, limit=0, continue_token=""))
+    async def delete_collection(
+        self, kind: kinds.KindInfo, namespace: str, list_options: ListOptions, options: DeleteOptions
+    ) -> Object:
+        listed = await self.list(
+            kind, namespace, dataclasses.replace(list_options, limit=0, continue_token="")
+        )
         deleted = []
         for item in listed["items"]:
             meta = item["metadata"]
@@ -710,8 +866,12 @@ class Store:
                     continue
                 raise
             deleted.append(self._finish(kind, obj))
-        return {"kind": kind.list_kind, "apiVersion": kind.api_version,
-                "metadata": {"resourceVersion": listed["metadata"]["resourceVersion"]}, "items": deleted}
+        return {
+            "kind": kind.list_kind,
+            "apiVersion": kind.api_version,
+            "metadata": {"resourceVersion": listed["metadata"]["resourceVersion"]},
+            "items": deleted,
+        }
 
     async def delete_all_under(self, prefix: str) -> int:
         """Remove every key under a prefix without any hooks (a CRD's objects, a whole cluster)."""
@@ -729,8 +889,14 @@ class Store:
 
     # ---------------------------------------------------------------- watch
 
-    async def watch(self, kind: kinds.KindInfo, namespace: str, options: ListOptions, *,
-                    send_initial_events: bool | None = None) -> AsyncIterator[WatchEvent]:
+    async def watch(
+        self,
+        kind: kinds.KindInfo,
+        namespace: str,
+        options: ListOptions,
+        *,
+        send_initial_events: bool | None = None,
+    ) -> AsyncIterator[WatchEvent]:
         """Events for one watch request.
 
         No resourceVersion (or "0"): the current objects arrive first as ADDED, then changes.
@@ -745,9 +911,15 @@ class Store:
         if rv not in ("", "0"):
             start = _parse_rv(rv)
         if initial:
-            listed = await self.list(kind, namespace, ListOptions(label_selector=options.label_selector,
-                                                                  field_selector=options.field_selector,
-                                                                  resource_version=rv if send_initial_events else ""))
+            listed = await self.list(
+                kind,
+                namespace,
+                ListOptions(
+                    label_selector=options.label_selector,
+                    field_selector=options.field_selector,
+                    resource_version=rv if send_initial_events else "",
+                ),
+            )
             start = int(listed["metadata"]["resourceVersion"])
             initial_items = listed["items"]
         else:
@@ -757,11 +929,20 @@ class Store:
         except storage.CompactedError as e:
             raise errors.gone(f"too old resource version: {e.requested} ({e.compacted})") from None
         except storage.FutureRevisionError:
-            raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}) from None
+            raise StatusError(
+                504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}
+            ) from None
         return self._watch_events(kind, flt, watch, initial_items, start, bool(send_initial_events))
 
-    async def _watch_events(self, kind: kinds.KindInfo, flt: Filter, watch: storage.Watch,
-                            initial_items: list[Object], start: int, mark_end: bool) -> AsyncIterator[WatchEvent]:
+    async def _watch_events(
+        self,
+        kind: kinds.KindInfo,
+        flt: Filter,
+        watch: storage.Watch,
+        initial_items: list[Object],
+        start: int,
+        mark_end: bool,
+    ) -> AsyncIterator[WatchEvent]:
         try:
             for item in initial_items:
                 yield WatchEvent("ADDED", self._finish(kind, item), start)

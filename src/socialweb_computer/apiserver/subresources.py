@@ -56,21 +56,27 @@ def _selector_string(obj: Object, kind: kinds.KindInfo) -> str:
 
 def to_scale(obj: Object, kind: kinds.KindInfo) -> Object:
     meta = obj["metadata"]
-    scale_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                  if k in meta}
+    scale_meta = {
+        k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta
+    }
     replicas = _get_path(obj, kind.scale_spec_path)
     status_replicas = _get_path(obj, kind.scale_status_path)
-    scale: Object = {"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": scale_meta,
-                     "spec": {"replicas": replicas if isinstance(replicas, int) else 0},
-                     "status": {"replicas": status_replicas if isinstance(status_replicas, int) else 0}}
+    scale: Object = {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": scale_meta,
+        "spec": {"replicas": replicas if isinstance(replicas, int) else 0},
+        "status": {"replicas": status_replicas if isinstance(status_replicas, int) else 0},
+    }
     selector = _selector_string(obj, kind)
     if selector:
         scale["status"]["selector"] = selector
     return scale
 
 
-async def handle_scale(request: web.Request, cluster: Any, kind: kinds.KindInfo,
-                       rr: req.ResourceRequest) -> web.StreamResponse:
+async def handle_scale(
+    request: web.Request, cluster: Any, kind: kinds.KindInfo, rr: req.ResourceRequest
+) -> web.StreamResponse:
     from socialweb_computer.apiserver import handlers, patching
 
     store: store_mod.Store = cluster.store
@@ -83,17 +89,29 @@ async def handle_scale(request: web.Request, cluster: Any, kind: kinds.KindInfo,
         ptype = patching.patch_type(request.headers.get("Content-Type", "").split(";")[0].strip())
         body = await handlers.read_body(request)
         if ptype == "apply":
-            raise errors.unsupported_media_type("application/json-patch+json, application/merge-patch+json, "
-                                                "application/strategic-merge-patch+json")
-        scale = patching.patch_object(ptype, to_scale(obj, kind), body,
-                                      schema=schemas.for_kind("autoscaling", "v1", "Scale"))
+            raise errors.unsupported_media_type(
+                "application/json-patch+json, application/merge-patch+json, "
+                "application/strategic-merge-patch+json"
+            )
+        scale = patching.patch_object(
+            ptype, to_scale(obj, kind), body, schema=schemas.for_kind("autoscaling", "v1", "Scale")
+        )
     else:
         raise errors.method_not_allowed()
     replicas = (scale.get("spec") or {}).get("replicas")
     if not isinstance(replicas, int) or replicas < 0:
-        raise errors.invalid("Scale", rr.name, [errors.Cause(
-            "FieldValueInvalid", f"Invalid value: {replicas}: must be greater than or equal to 0",
-            "spec.replicas")], "autoscaling")
+        raise errors.invalid(
+            "Scale",
+            rr.name,
+            [
+                errors.Cause(
+                    "FieldValueInvalid",
+                    f"Invalid value: {replicas}: must be greater than or equal to 0",
+                    "spec.replicas",
+                )
+            ],
+            "autoscaling",
+        )
     precondition = (scale.get("metadata") or {}).get("resourceVersion")
     if precondition and precondition != obj["metadata"]["resourceVersion"]:
         raise errors.conflict(kind.plural, rr.name, kind.group, errors.STALE_OBJECT)
@@ -103,8 +121,9 @@ async def handle_scale(request: web.Request, cluster: Any, kind: kinds.KindInfo,
     return handlers.json_response(to_scale(result.object, kind))
 
 
-async def handle_binding(request: web.Request, cluster: Any, kind: kinds.KindInfo,
-                         rr: req.ResourceRequest) -> web.StreamResponse:
+async def handle_binding(
+    request: web.Request, cluster: Any, kind: kinds.KindInfo, rr: req.ResourceRequest
+) -> web.StreamResponse:
     from socialweb_computer.apiserver import handlers
 
     if request.method != "POST":
@@ -112,21 +131,35 @@ async def handle_binding(request: web.Request, cluster: Any, kind: kinds.KindInf
     binding, _ = await handlers.decode_object(request)
     target = (binding.get("target") or {}).get("name")
     if not target:
-        raise errors.invalid("Binding", rr.name, [errors.Cause("FieldValueRequired", "Required value",
-                                                               "target.name")])
+        raise errors.invalid(
+            "Binding", rr.name, [errors.Cause("FieldValueRequired", "Required value", "target.name")]
+        )
     store: store_mod.Store = cluster.store
     obj = await store.get(kind, rr.namespace, rr.name)
     if (obj.get("spec") or {}).get("nodeName"):
-        raise errors.conflict(kind.plural, rr.name, kind.group,
-                              f"pod {rr.name} is already assigned to node \"{obj['spec']['nodeName']}\"")
+        raise errors.conflict(
+            kind.plural,
+            rr.name,
+            kind.group,
+            f'pod {rr.name} is already assigned to node "{obj["spec"]["nodeName"]}"',
+        )
     obj["spec"]["nodeName"] = target
-    conditions = [c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
-    conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                       "lastTransitionTime": obj["metadata"].get("creationTimestamp")})
+    conditions = [
+        c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"
+    ]
+    conditions.append(
+        {
+            "type": "PodScheduled",
+            "status": "True",
+            "lastProbeTime": None,
+            "lastTransitionTime": obj["metadata"].get("creationTimestamp"),
+        }
+    )
     # Binding is the one write that may change a pod's spec (nodeName) and status together.
     await store.bind(kind, rr.namespace, rr.name, target, conditions)
-    return handlers.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                   "code": 201}, 201)
+    return handlers.json_response(
+        {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201
+    )
 
 
 HANDLERS = {"scale": handle_scale, "binding": handle_binding}

@@ -50,7 +50,7 @@ def from_certificate(cert: x509.Certificate) -> UserInfo:
     subject = cert.subject
     names = [a.value for a in subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
     orgs = [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
-    groups = tuple(str(o) for o in orgs) + (AUTHENTICATED,)
+    groups = (*(str(o) for o in orgs), AUTHENTICATED)
     return UserInfo(str(names[0]) if names else "", groups)
 
 

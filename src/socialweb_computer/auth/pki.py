@@ -33,8 +33,9 @@ class KeyPair:
 
     @property
     def key_pem(self) -> bytes:
-        return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption())
+        return self.key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
 
     def save(self, cert_path: str, key_path: str) -> None:
         write_private(key_path, self.key_pem)
@@ -73,18 +74,34 @@ def new_ca(common_name: str, *, validity: datetime.timedelta = CA_VALIDITY) -> K
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return KeyPair(cert, key)
 
 
-def _leaf(ca: KeyPair, subject: x509.Name, usage: ExtendedKeyUsageOID, *, validity: datetime.timedelta,
-          sans: list[x509.GeneralName] | None = None) -> KeyPair:
+def _leaf(
+    ca: KeyPair,
+    subject: x509.Name,
+    usage: ExtendedKeyUsageOID,
+    *,
+    validity: datetime.timedelta,
+    sans: list[x509.GeneralName] | None = None,
+) -> KeyPair:
     key = ec.generate_private_key(ec.SECP256R1())
     now = _now()
     not_after = min(now + validity, ca.cert.not_valid_after_utc)
@@ -97,32 +114,58 @@ def _leaf(ca: KeyPair, subject: x509.Name, usage: ExtendedKeyUsageOID, *, validi
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False,
-                                     crl_sign=False, content_commitment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False),
-                       critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False
+        )
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     return KeyPair(builder.sign(ca.key, hashes.SHA256()), key)
 
 
-def new_serving_cert(ca: KeyPair, *, hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1"),
-                     validity: datetime.timedelta = LEAF_VALIDITY) -> KeyPair:
+def new_serving_cert(
+    ca: KeyPair,
+    *,
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1"),
+    validity: datetime.timedelta = LEAF_VALIDITY,
+) -> KeyPair:
     sans: list[x509.GeneralName] = []
     for host in hosts:
         try:
             sans.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
             sans.append(x509.DNSName(host))
-    return _leaf(ca, _name("socialweb-computer-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH,
-                 validity=validity, sans=sans)
+    return _leaf(
+        ca,
+        _name("socialweb-computer-apiserver"),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        validity=validity,
+        sans=sans,
+    )
 
 
-def new_client_cert(ca: KeyPair, common_name: str, organizations: tuple[str, ...] = (), *,
-                    validity: datetime.timedelta = LEAF_VALIDITY) -> KeyPair:
+def new_client_cert(
+    ca: KeyPair,
+    common_name: str,
+    organizations: tuple[str, ...] = (),
+    *,
+    validity: datetime.timedelta = LEAF_VALIDITY,
+) -> KeyPair:
     return _leaf(ca, _name(common_name, organizations), ExtendedKeyUsageOID.CLIENT_AUTH, validity=validity)
 
 

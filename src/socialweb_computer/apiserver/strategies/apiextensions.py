@@ -18,8 +18,13 @@ Object = dict[str, Any]
 
 
 def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
-    return {"type": kind, "status": status, "lastTransitionTime": objects.rfc3339(objects.now()),
-            "reason": reason, "message": message}
+    return {
+        "type": kind,
+        "status": status,
+        "lastTransitionTime": objects.rfc3339(objects.now()),
+        "reason": reason,
+        "message": message,
+    }
 
 
 class CrdStrategy(base.Strategy):
@@ -36,8 +41,14 @@ class CrdStrategy(base.Strategy):
         stored = set((old.get("status") or {}).get("storedVersions") or []) | set(status["storedVersions"])
         status["storedVersions"] = sorted(stored)
         if objects.meta(new).get("deletionTimestamp"):
-            status["conditions"].append(_condition("Terminating", "True", "InstanceDeletionInProgress",
-                                                   "CustomResource deletion is in progress"))
+            status["conditions"].append(
+                _condition(
+                    "Terminating",
+                    "True",
+                    "InstanceDeletionInProgress",
+                    "CustomResource deletion is in progress",
+                )
+            )
         new["status"] = status
 
     @staticmethod
@@ -58,7 +69,9 @@ class CrdStrategy(base.Strategy):
             "acceptedNames": dict(spec.get("names") or {}),
             "conditions": [
                 _condition("NamesAccepted", "True", "NoConflicts", "no conflicts found"),
-                _condition("Established", "True", "InitialNamesAccepted", "the initial names have been accepted"),
+                _condition(
+                    "Established", "True", "InitialNamesAccepted", "the initial names have been accepted"
+                ),
             ],
             "storedVersions": storage,
         }
@@ -79,13 +92,19 @@ class CrdStrategy(base.Strategy):
                 causes.append(base.required(f"spec.names.{field}"))
         plural = names.get("plural", "")
         if plural and not _DNS_LABEL.match(plural):
-            causes.append(base.invalid("spec.names.plural", plural, "a lowercase RFC 1123 label must consist of "
-                                       "lower case alphanumeric characters or '-', and must start and end with "
-                                       "an alphanumeric character"))
+            causes.append(
+                base.invalid(
+                    "spec.names.plural",
+                    plural,
+                    "a lowercase RFC 1123 label must consist of "
+                    "lower case alphanumeric characters or '-', and must start and end with "
+                    "an alphanumeric character",
+                )
+            )
         expected = f"{plural}.{group}"
         name = objects.meta(obj).get("name", "")
         if plural and group and name != expected:
-            causes.append(base.invalid("metadata.name", name, f"must be spec.names.plural+\".\"+spec.group"))
+            causes.append(base.invalid("metadata.name", name, 'must be spec.names.plural+"."+spec.group'))
         scope = spec.get("scope")
         if scope not in ("Namespaced", "Cluster"):
             causes.append(base.not_supported("spec.scope", scope or "", ["Cluster", "Namespaced"]))
@@ -94,17 +113,25 @@ class CrdStrategy(base.Strategy):
             causes.append(base.required("spec.versions"))
         storage_count = sum(1 for v in versions if v.get("storage"))
         if versions and storage_count != 1:
-            causes.append(base.invalid("spec.versions", versions, "must have exactly one version marked as "
-                                       "storage version"))
+            causes.append(
+                base.invalid(
+                    "spec.versions", versions, "must have exactly one version marked as storage version"
+                )
+            )
         for i, version in enumerate(versions):
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
             if schema is None:
                 causes.append(base.required(f"spec.versions[{i}].schema.openAPIV3Schema"))
                 continue
             for cause in structural.check_structural(schema):
-                causes.append(Cause(cause.reason, cause.message,
-                                    f"spec.versions[{i}].schema.openAPIV3Schema" +
-                                    (f".{cause.field}" if cause.field else "")))
+                causes.append(
+                    Cause(
+                        cause.reason,
+                        cause.message,
+                        f"spec.versions[{i}].schema.openAPIV3Schema"
+                        + (f".{cause.field}" if cause.field else ""),
+                    )
+                )
         return causes
 
     def validate_update(self, new: Object, old: Object) -> list[Cause]:
@@ -113,7 +140,8 @@ class CrdStrategy(base.Strategy):
             if (new.get("spec") or {}).get(field) != (old.get("spec") or {}).get(field):
                 causes.append(base.immutable(f"spec.{field}", (new.get("spec") or {}).get(field)))
         if ((new.get("spec") or {}).get("names") or {}).get("plural") != (
-                (old.get("spec") or {}).get("names") or {}).get("plural"):
+            (old.get("spec") or {}).get("names") or {}
+        ).get("plural"):
             causes.append(base.immutable("spec.names.plural", None))
         return causes
 

@@ -15,7 +15,9 @@ def required(field: str) -> Cause:
 
 
 def invalid(field: str, value: Any, detail: str) -> Cause:
-    shown = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value
+    shown = (
+        f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value
+    )
     return Cause("FieldValueInvalid", f"Invalid value: {shown}: {detail}", field)
 
 
@@ -59,11 +61,13 @@ def validate_metadata(obj: Object, *, namespaced: bool, name_format: str) -> lis
     causes: list[Cause] = []
     name = meta.get("name", "")
     if not name:
-        causes.append(Cause("FieldValueRequired", "Required value: name or generateName is required",
-                            "metadata.name"))
+        causes.append(
+            Cause("FieldValueRequired", "Required value: name or generateName is required", "metadata.name")
+        )
     else:
         check = {"label": objects.dns1123_label_errors, "path": objects.path_segment_errors}.get(
-            name_format, objects.dns1123_subdomain_errors)
+            name_format, objects.dns1123_subdomain_errors
+        )
         causes.extend(invalid("metadata.name", name, e) for e in check(name))
     for key, value in (meta.get("labels") or {}).items():
         causes.extend(invalid("metadata.labels", key, e) for e in objects.qualified_name_errors(key))
@@ -75,13 +79,21 @@ def validate_metadata(obj: Object, *, namespaced: bool, name_format: str) -> lis
         causes.extend(invalid("metadata.annotations", key, e) for e in objects.qualified_name_errors(key))
     total = sum(len(k) + len(str(v)) for k, v in (meta.get("annotations") or {}).items())
     if total > 256 * 1024:
-        causes.append(Cause("FieldValueTooLong", f"Too long: must have at most {256 * 1024} bytes",
-                            "metadata.annotations"))
+        causes.append(
+            Cause(
+                "FieldValueTooLong", f"Too long: must have at most {256 * 1024} bytes", "metadata.annotations"
+            )
+        )
     for i, ref in enumerate(meta.get("ownerReferences") or []):
         for field in ("apiVersion", "kind", "name", "uid"):
             if not ref.get(field):
                 causes.append(required(f"metadata.ownerReferences[{i}].{field}"))
     if sum(1 for r in meta.get("ownerReferences") or [] if r.get("controller")) > 1:
-        causes.append(invalid("metadata.ownerReferences", meta["ownerReferences"],
-                              "Only one reference can have Controller set to true"))
+        causes.append(
+            invalid(
+                "metadata.ownerReferences",
+                meta["ownerReferences"],
+                "Only one reference can have Controller set to true",
+            )
+        )
     return causes

@@ -114,21 +114,31 @@ class PodStrategy(base.Strategy):
         causes = self.validate(new)
         if causes:
             return causes
+
         # Only container images, activeDeadlineSeconds, tolerations (additions) and scheduling
         # gates may change on a pod; the rest of its spec is fixed at creation.
         def mutable_view(spec: dict) -> dict:
-            view = {k: v for k, v in spec.items()
-                    if k not in ("activeDeadlineSeconds", "tolerations", "schedulingGates")}
+            view = {
+                k: v
+                for k, v in spec.items()
+                if k not in ("activeDeadlineSeconds", "tolerations", "schedulingGates")
+            }
             for kind in ("containers", "initContainers"):
                 if kind in view:
                     view[kind] = [{k: v for k, v in c.items() if k != "image"} for c in view[kind]]
             return view
+
         if mutable_view(new.get("spec", {})) != mutable_view(old.get("spec", {})):
-            return [Cause("FieldValueForbidden",
-                          "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
-                          "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
-                          "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
-                          "(allow it to be set to 1 if it was previously negative)", "spec")]
+            return [
+                Cause(
+                    "FieldValueForbidden",
+                    "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+                    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+                    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+                    "(allow it to be set to 1 if it was previously negative)",
+                    "spec",
+                )
+            ]
         return []
 
 
@@ -207,9 +217,15 @@ def _key_causes(data: object, field: str) -> list[Cause]:
     causes = []
     for key in data or {} if isinstance(data, dict) else {}:
         if len(key) > 253 or not _CONFIG_KEY.match(key) or key in (".", ".."):
-            causes.append(base.invalid(f"{field}", key, "a valid config key must consist of alphanumeric "
-                                       "characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or "
-                                       "'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"))
+            causes.append(
+                base.invalid(
+                    f"{field}",
+                    key,
+                    "a valid config key must consist of alphanumeric "
+                    "characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or "
+                    "'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+                )
+            )
     return causes
 
 
@@ -222,10 +238,12 @@ class ConfigMapStrategy(base.Strategy):
 
     def validate_update(self, new: Object, old: Object) -> list[Cause]:
         causes = self.validate(new)
-        if old.get("immutable") and (new.get("data") != old.get("data")
-                                     or new.get("binaryData") != old.get("binaryData")):
-            causes.append(Cause("FieldValueForbidden", "Forbidden: field is immutable when `immutable` is set",
-                                "data"))
+        if old.get("immutable") and (
+            new.get("data") != old.get("data") or new.get("binaryData") != old.get("binaryData")
+        ):
+            causes.append(
+                Cause("FieldValueForbidden", "Forbidden: field is immutable when `immutable` is set", "data")
+            )
         return causes
 
 
@@ -253,8 +271,9 @@ class SecretStrategy(base.Strategy):
             try:
                 base64.b64decode(value, validate=True)
             except (binascii.Error, TypeError, ValueError):
-                causes.append(base.invalid(f"data[{key}]", "<secret contents redacted>",
-                                           "illegal base64 data"))
+                causes.append(
+                    base.invalid(f"data[{key}]", "<secret contents redacted>", "illegal base64 data")
+                )
         return causes
 
     def validate_update(self, new: Object, old: Object) -> list[Cause]:

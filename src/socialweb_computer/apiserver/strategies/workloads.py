@@ -11,13 +11,18 @@ from socialweb_computer.apiserver.strategies.base import Object
 
 def _selector_matches_template(spec: dict) -> list[Cause]:
     selector = spec.get("selector")
-    if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+    if not isinstance(selector, dict) or not (
+        selector.get("matchLabels") or selector.get("matchExpressions")
+    ):
         return [base.required("spec.selector")]
     labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
-            return [base.invalid("spec.template.metadata.labels", labels,
-                                 "`selector` does not match template `labels`")]
+            return [
+                base.invalid(
+                    "spec.template.metadata.labels", labels, "`selector` does not match template `labels`"
+                )
+            ]
     return []
 
 
@@ -49,8 +54,7 @@ class _PodTemplateOwner(base.Strategy):
         causes += core.validate_pod_spec((spec.get("template") or {}).get("spec"), "spec.template.spec")
         replicas = spec.get("replicas")
         if isinstance(replicas, int) and replicas < 0:
-            causes.append(base.invalid("spec.replicas", replicas,
-                                       "must be greater than or equal to 0"))
+            causes.append(base.invalid("spec.replicas", replicas, "must be greater than or equal to 0"))
         return causes
 
     def validate_update(self, new: Object, old: Object) -> list[Cause]:
@@ -111,8 +115,14 @@ class JobStrategy(base.Strategy):
             uid = obj["metadata"]["uid"]
             name = obj["metadata"].get("name", "")
             labels = template.setdefault("metadata", {}).setdefault("labels", {})
-            labels.update({"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
-                           "controller-uid": uid, "job-name": name})
+            labels.update(
+                {
+                    "batch.kubernetes.io/controller-uid": uid,
+                    "batch.kubernetes.io/job-name": name,
+                    "controller-uid": uid,
+                    "job-name": name,
+                }
+            )
             spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
         if isinstance(template.get("spec"), dict):
             core.default_pod_spec(template["spec"])
@@ -124,8 +134,11 @@ class JobStrategy(base.Strategy):
         causes = core.validate_pod_spec(template_spec, "spec.template.spec")
         policy = (template_spec or {}).get("restartPolicy") if isinstance(template_spec, dict) else None
         if policy not in ("OnFailure", "Never"):
-            causes.append(base.not_supported("spec.template.spec.restartPolicy", policy or "Always",
-                                             ["OnFailure", "Never"]))
+            causes.append(
+                base.not_supported(
+                    "spec.template.spec.restartPolicy", policy or "Always", ["OnFailure", "Never"]
+                )
+            )
         return causes
 
     def validate_update(self, new: Object, old: Object) -> list[Cause]:
@@ -156,13 +169,18 @@ class PriorityClassStrategy(base.Strategy):
         if not isinstance(value, int):
             causes.append(base.required("value"))
         elif value > 1_000_000_000 and not objects.meta(obj).get("name", "").startswith("system-"):
-            causes.append(base.forbidden("value", "maximum allowed value of a user defined priority is "
-                                         "1000000000"))
+            causes.append(
+                base.forbidden("value", "maximum allowed value of a user defined priority is 1000000000")
+            )
         name = objects.meta(obj).get("name", "")
         if name.startswith("system-") and name not in ("system-cluster-critical", "system-node-critical"):
-            causes.append(base.invalid("metadata.name", name,
-                                       "priority class names with 'system-' prefix are reserved for "
-                                       "system use only"))
+            causes.append(
+                base.invalid(
+                    "metadata.name",
+                    name,
+                    "priority class names with 'system-' prefix are reserved for system use only",
+                )
+            )
         policy = obj.get("preemptionPolicy")
         if policy is not None and policy not in ("Never", "PreemptLowerPriority"):
             causes.append(base.not_supported("preemptionPolicy", policy, ["Never", "PreemptLowerPriority"]))
@@ -190,6 +208,8 @@ STRATEGIES: dict[tuple[str, str], base.Strategy] = {
     ("batch", "Job"): JobStrategy(),
     ("policy", "PodDisruptionBudget"): PodDisruptionBudgetStrategy(),
     ("scheduling.k8s.io", "PriorityClass"): PriorityClassStrategy(),
-    **{("rbac.authorization.k8s.io", k): RbacStrategy()
-       for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")},
+    **{
+        ("rbac.authorization.k8s.io", k): RbacStrategy()
+        for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+    },
 }
