@@ -414,3 +414,33 @@ def test_bad_bodies_get_status_errors(
     )
     assert result.returncode == 1
     assert "Error from server (BadRequest)" in result.stderr
+
+
+def test_pods_table_and_status_subresource(
+    shared_apiserver: testing.ApiServerProcess, namespace: str
+) -> None:
+    k = shared_apiserver.kubectl
+    assert (
+        k("run", "p", "-n", namespace, "--image=busybox:1.36", "--restart=Never").stdout.strip()
+        == "pod/p created"
+    )
+    header, row = k("get", "pods", "-n", namespace).stdout.splitlines()
+    assert header.split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert row.split()[:4] == ["p", "0/1", "Pending", "0"]
+    wide = k("get", "pods", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
+    assert wide[5:] == ["IP", "NODE", "NOMINATED", "NODE", "READINESS", "GATES"]
+    # Status is written only through the status subresource; the main resource ignores it.
+    k("patch", "pod", "p", "-n", namespace, "--type=merge", "-p", '{"status":{"phase":"Running"}}')
+    assert k("get", "pod", "p", "-n", namespace, "-o", "jsonpath={.status.phase}").stdout == "Pending"
+    k(
+        "patch",
+        "pod",
+        "p",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"phase":"Running"}}',
+    )
+    assert k("get", "pod", "p", "-n", namespace, "-o", "jsonpath={.status.phase}").stdout == "Running"
