@@ -444,3 +444,31 @@ def test_pods_table_and_status_subresource(
         '{"status":{"phase":"Running"}}',
     )
     assert k("get", "pod", "p", "-n", namespace, "-o", "jsonpath={.status.phase}").stdout == "Running"
+
+
+def test_namespace_deletion_removes_its_contents(apiserver: testing.ApiServerProcess) -> None:
+    k = apiserver.kubectl
+    k("create", "namespace", "doomed")
+    k("create", "-n", "doomed", "-f", "-", input=CONFIGMAP)
+    k("create", "-n", "doomed", "-f", "-", input=DEPLOYMENT)
+    k(
+        "create",
+        "-n",
+        "doomed",
+        "-f",
+        "-",
+        input=CONFIGMAP.replace("name: demo", "name: held").replace(
+            "metadata:\n", "metadata:\n  finalizers: [example.com/hold]\n"
+        ),
+    )
+    k("delete", "namespace", "doomed", "--wait=false")
+    assert k("get", "ns", "doomed", "-o", "jsonpath={.status.phase}").stdout == "Terminating"
+    refused = k("create", "-n", "doomed", "configmap", "late", check=False)
+    assert (
+        'configmaps "late" is forbidden: unable to create new content in namespace doomed because it is '
+        "being terminated" in refused.stderr
+    )
+    k("patch", "-n", "doomed", "cm", "held", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    k("wait", "--for=delete", "namespace/doomed", "--timeout=20s")
+    k("create", "namespace", "doomed")
+    assert k("get", "cm,deploy", "-n", "doomed", "-o", "name").stdout.strip() == ""

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import crds, registry, store
+from socialweb_computer.apiserver import crds, namespaces, registry, store
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -30,14 +30,17 @@ class LogicalCluster:
         self.registry = registry.Registry()
         self.store = store.Store(name, backend, self.registry)
         self.crds = crds.CrdController(self.store)
+        self.namespaces = namespaces.NamespaceController(self.store)
         self.subresource_handlers: dict[str, SubresourceHandler] = dict(subresources.HANDLERS)
         self._openapi: dict[str, tuple[int, Any]] = {}
 
     async def start(self) -> None:
         await self.crds.start()
         await self._ensure_namespaces()
+        await self.namespaces.start()
 
     async def close(self) -> None:
+        await self.namespaces.close()
         await self.crds.close()
 
     async def _ensure_namespaces(self) -> None:

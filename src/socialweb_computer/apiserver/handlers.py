@@ -378,16 +378,16 @@ async def handle_subresource(
     handler = cluster.subresource_handlers.get(rr.subresource)
     if handler is not None:
         return await handler(request, cluster, kind, rr)
-    if rr.subresource == "status":
+    if rr.subresource in ("status", "finalize"):
         store = cluster.store
         if request.method == "GET":
             return _render(request, kind, await store.get(kind, rr.namespace, rr.name))
         if request.method == "PUT":
             obj, duplicates = await decode_object(request, kind.kind)
-            options = _default_manager(request, _write_options(request, "status"))
+            options = _default_manager(request, _write_options(request, rr.subresource))
             result = await store.update(kind, rr.namespace, rr.name, obj, options, raw_duplicates=duplicates)
             return json_response(result.object, warnings=result.warnings)
-        if request.method == "PATCH":
+        if request.method == "PATCH" and rr.subresource == "status":
             return await _patch(request, kind, rr, "status")
         raise errors.method_not_allowed()
     raise errors.StatusError(

@@ -218,7 +218,7 @@ class Store:
             raise errors.not_found(kind.plural, name, kind.group)
         return kv
 
-    async def _require_namespace(self, kind: kinds.KindInfo, namespace: str) -> None:
+    async def _require_namespace(self, kind: kinds.KindInfo, namespace: str, name: str) -> None:
         if not kind.namespaced:
             return
         ns_kind = self.registry.lookup("", "v1", "namespaces")
@@ -234,7 +234,7 @@ class Store:
             raise StatusError(
                 403,
                 "Forbidden",
-                f'{kind.plural} "{{name}}" is forbidden: unable to create new content in '
+                f'{kind.plural} "{name}" is forbidden: unable to create new content in '
                 f"namespace {namespace} because it is being terminated",
                 {
                     "kind": kind.plural,
@@ -368,7 +368,7 @@ class Store:
         strategy.prepare_for_create(obj)
         self._validate(kind, strategy, obj, None)
         if kind.namespaced and namespace:
-            await self._require_namespace(kind, namespace)
+            await self._require_namespace(kind, namespace, meta["name"])
         if options.field_manager:
             self._track(kind, None, obj, options)
         if options.dry_run:
@@ -503,6 +503,11 @@ class Store:
         self, kind: kinds.KindInfo, new: Object, old: Object, subresource: str
     ) -> Object:
         """Status writes change only status; main-resource writes never change status."""
+        if subresource == "finalize":
+            # namespaces/finalize changes spec.finalizers and nothing else.
+            merged = copy.deepcopy(old)
+            merged.setdefault("spec", {})["finalizers"] = (new.get("spec") or {}).get("finalizers") or []
+            return merged
         if subresource == "status":
             merged = copy.deepcopy(old)
             if "status" in new:
@@ -567,7 +572,8 @@ class Store:
             return WriteResult(self._finish(kind, old))
         if options.dry_run:
             return WriteResult(self._finish(kind, new))
-        if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if (old_meta.get("deletionTimestamp") and not meta.get("finalizers")
+                and not strategies.for_kind(kind.group, kind.kind).holds_deletion(new)):
             # The last finalizer is gone: the object goes away now.
             deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
             meta["resourceVersion"] = str(deleted.revision)
@@ -807,7 +813,8 @@ class Store:
             elif policy == "Orphan" and "orphan" not in finalizers:
                 finalizers.append("orphan")
             graceful = self._grace_period(kind, obj, options)
-            if not finalizers and not graceful:
+            held = strategies.for_kind(kind.group, kind.kind).holds_deletion(obj)
+            if not finalizers and not graceful and not held:
                 if options.dry_run:
                     return obj, 200
                 try:
@@ -824,8 +831,7 @@ class Store:
             if not meta.get("deletionTimestamp"):
                 meta["deletionTimestamp"] = objects.rfc3339(objects.now())
                 meta["deletionGracePeriodSeconds"] = graceful or 0
-            if kind.kind == "Namespace" and kind.group == "":
-                obj.setdefault("status", {})["phase"] = "Terminating"
+            strategies.for_kind(kind.group, kind.kind).prepare_for_delete(obj)
             if options.dry_run:
                 return obj, 202 if graceful else 200
             try:

@@ -52,6 +52,14 @@ class Strategy:
     def validate(self, obj: Object) -> list[Cause]:
         return []
 
+    def holds_deletion(self, obj: Object) -> bool:
+        """Whether something other than metadata.finalizers keeps a deleted object (namespaces'
+        spec.finalizers)."""
+        return False
+
+    def prepare_for_delete(self, obj: Object) -> None:
+        """Mark an object whose deletion has started (it stays until its finalizers are gone)."""
+
     def validate_update(self, new: Object, old: Object) -> list[Cause]:
         return self.validate(new)
 

@@ -28,6 +28,12 @@ class NamespaceStrategy(base.Strategy):
         new["spec"] = old.get("spec", {})
         self._label(new)
 
+    def holds_deletion(self, obj: Object) -> bool:
+        return bool((obj.get("spec") or {}).get("finalizers"))
+
+    def prepare_for_delete(self, obj: Object) -> None:
+        obj.setdefault("status", {})["phase"] = "Terminating"
+
     @staticmethod
     def _label(obj: Object) -> None:
         name = obj.get("metadata", {}).get("name", "")
