@@ -1,9 +1,12 @@
 """Serving a logical cluster over HTTPS on loopback.
 
-`build_app()` wires the handlers, the error middleware (every failure leaves as a
-`Status`, never a traceback) and authentication (the peer certificate). `serve()`
-binds a TLS listener; it refuses any address that is not loopback, because loopback
-is the trust boundary of this system.
+`build_app()` wires the handlers behind four middlewares, outermost first: errors (every
+failure leaves as a `Status`, never a traceback), authentication (the peer certificate,
+verified against this listener's ClientCA: 401 when it does not verify, anonymous when
+there is none), impersonation (`Impersonate-*` headers) and authorization (RBAC through
+the cluster's `auth.policy.ClusterPolicy`, 403 in the real server's words) — all before
+any handler touches the store. `serve()` binds a TLS listener; it refuses any address
+that is not loopback, because loopback is the trust boundary of this system.
 """
 
 from __future__ import annotations
@@ -18,14 +21,16 @@ from aiohttp import web
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import handlers
 from socialweb_computer.apiserver.cluster import LogicalCluster
-from socialweb_computer.auth import identity
+from socialweb_computer.auth import attributes, authn, impersonation, policy
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# Paths an unauthenticated client may read, as `system:public-info-viewer` grants them.
-PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version")
+AUTHENTICATOR: web.AppKey[authn.ClientCertAuthenticator] = web.AppKey("authenticator",
+                                                                       authn.ClientCertAuthenticator)
+# Connection subresources whose upgrade (GET) also needs `create`, as since Kubernetes 1.35.
+_CONNECT_SUBRESOURCES = ("exec", "attach", "portforward")
 
 
 class LoopbackOnlyError(ValueError):
@@ -68,35 +73,69 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 async def authn_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     transport = request.transport
     ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-    user = identity.from_ssl_object(ssl_object)
-    request["user"] = user
-    if user.is_anonymous and request.path.rstrip("/") not in PUBLIC_PATHS:
-        raise errors.StatusError(
-            403, "Forbidden", f'forbidden: User "system:anonymous" cannot get path "{request.path}"', {}
-        )
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    try:
+        request[attributes.USER] = request.app[AUTHENTICATOR].authenticate(der)
+    except authn.Unauthenticated as e:
+        log.info("Unable to authenticate the request due to an error: %s", e)
+        raise errors.unauthorized() from None
     return await handler(request)
+
+
+@web.middleware
+async def impersonation_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    wanted = impersonation.targets(request.headers)
+    if wanted:
+        cluster_policy = request.app[handlers.CLUSTER].auth
+        request[attributes.USER] = impersonation.impersonate(request[attributes.USER], wanted,
+                                                               cluster_policy.authorize)
+    return await handler(request)
+
+
+@web.middleware
+async def authz_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    cluster_policy = request.app[handlers.CLUSTER].auth
+    attrs = attributes.from_request(request, request[attributes.USER])
+    decision = cluster_policy.authorize(attrs)
+    if not decision.allowed:
+        raise attributes.forbidden(attrs, decision.reason)
+    _authorize_connect_upgrade(cluster_policy, attrs)
+    token = policy.REQUEST.set(policy.RequestContext(cluster_policy, attrs))
+    try:
+        return await handler(request)
+    finally:
+        policy.REQUEST.reset(token)
+
+
+def _authorize_connect_upgrade(cluster_policy: policy.ClusterPolicy, attrs: attributes.Attributes) -> None:
+    """exec/attach/portforward need `create` whatever the verb (ensureAuthorizedForVerb)."""
+    if (attrs.resource != "pods" or attrs.api_group or attrs.subresource not in _CONNECT_SUBRESOURCES
+            or attrs.verb == "create"):
+        return
+    decision = cluster_policy.authorize(attrs.with_verb("create"))
+    if not decision.allowed:
+        raise attributes.new_forbidden(attrs.resource, attrs.api_group, attrs.name, decision.reason)
 
 
 async def _dispatch(request: web.Request) -> web.StreamResponse:
     return await handlers.dispatch(request)
 
 
-def build_app(cluster: LogicalCluster) -> web.Application:
+def build_app(cluster: LogicalCluster, *, authenticator: authn.ClientCertAuthenticator) -> web.Application:
+    """The app serving `cluster`; `authenticator` holds the ClientCA this listener accepts."""
     app = web.Application(
-        middlewares=[error_middleware, authn_middleware], client_max_size=handlers.MAX_BODY + 1
+        middlewares=[error_middleware, authn_middleware, impersonation_middleware, authz_middleware],
+        client_max_size=handlers.MAX_BODY + 1,
     )
     app[handlers.CLUSTER] = cluster
+    app[AUTHENTICATOR] = authenticator
     app.router.add_route("*", "/{tail:.*}", _dispatch)
     return app
 
 
 def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    context.load_verify_locations(client_ca_file)
-    context.verify_mode = ssl.CERT_OPTIONAL
-    return context
+    """Requests a client certificate; the authentication middleware judges it (see auth.authn)."""
+    return authn.server_ssl_context(cert_file, key_file, client_ca_file)
 
 
 async def serve(

@@ -13,6 +13,7 @@ from typing import Any
 
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import crds, namespaces, registry, store
+from socialweb_computer.auth import policy
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -30,16 +31,24 @@ class LogicalCluster:
         self.registry = registry.Registry()
         self.store = store.Store(name, backend, self.registry)
         self.crds = crds.CrdController(self.store)
+        self.auth = policy.ClusterPolicy(self.store)
         self.namespaces = namespaces.NamespaceController(self.store)
+        from socialweb_computer.controllers import manager as controllers
+
+        self.controllers = controllers.Manager(self.store)
         self.subresource_handlers: dict[str, SubresourceHandler] = dict(subresources.HANDLERS)
         self._openapi: dict[str, tuple[int, Any]] = {}
 
     async def start(self) -> None:
         await self.crds.start()
+        await self.auth.start()
         await self._ensure_namespaces()
         await self.namespaces.start()
+        await self.controllers.start()
 
     async def close(self) -> None:
+        await self.auth.close()
+        await self.controllers.close()
         await self.namespaces.close()
         await self.crds.close()
 

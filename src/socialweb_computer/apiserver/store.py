@@ -188,6 +188,10 @@ class Store:
         # Called after a committed write: (kind, type, new, old). Controllers and the CRD
         # registry hang off this; it must not raise.
         self.after_write: list[Callable[[kinds.KindInfo, str, Object | None, Object | None], None]] = []
+        # Called with (kind, new, old) once a create or update is final and before it is validated
+        # and written (old is None on create); admission checks such as RBAC escalation
+        # prevention raise StatusError here to refuse the write.
+        self.before_write: list[Callable[[kinds.KindInfo, Object, Object | None], None]] = []
 
     # ---------------------------------------------------------------- helpers
 
@@ -211,6 +215,10 @@ class Store:
                 hook(kind, event, new, old)
             except Exception:  # a broken hook must never fail an acknowledged write
                 log.exception("after-write hook failed for %s", kind.plural)
+
+    def _admit(self, kind: kinds.KindInfo, new: Object, old: Object | None) -> None:
+        for hook in self.before_write:
+            hook(kind, new, old)
 
     async def _get_kv(self, kind: kinds.KindInfo, namespace: str, name: str) -> storage.KeyValue:
         kv = await self.backend.get(self.key(kind, namespace, name))
@@ -352,6 +360,7 @@ class Store:
             meta.pop("namespace", None)
         if meta.get("resourceVersion"):
             raise errors.bad_request("resourceVersion should not be set on objects to be created")
+        self._admit(kind, obj, None)
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = objects.generate_name(meta["generateName"])
         for field in _SYSTEM_META:
@@ -558,6 +567,7 @@ class Store:
                     kind.group,
                 )
         strategy = strategies.for_kind(kind.group, kind.kind)
+        self._admit(kind, new, old)
         if not options.subresource:
             strategy.prepare_for_update(new, old)
         self._validate(kind, strategy, new, old)

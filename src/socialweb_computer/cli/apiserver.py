@@ -16,7 +16,7 @@ import sys
 
 from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.apiserver.cluster import LogicalCluster
-from socialweb_computer.auth import kubeconfig, pki
+from socialweb_computer.auth import authn, kubeconfig, pki
 from socialweb_computer.storage import sqlite
 
 DEFAULT_PORT = 6443
@@ -73,8 +73,9 @@ async def serve(args: argparse.Namespace) -> None:
     cluster = LogicalCluster(CLUSTER_NAME, backend)
     await cluster.start()
     context = app_mod.server_ssl_context(paths["serving.crt"], paths["serving.key"], paths["client-ca.crt"])
-    runner, port = await app_mod.serve(app_mod.build_app(cluster), host=args.host, port=args.port,
-                                       ssl_context=context)
+    authenticator = authn.ClientCertAuthenticator.from_pem_file(paths["client-ca.crt"])
+    runner, port = await app_mod.serve(app_mod.build_app(cluster, authenticator=authenticator),
+                                       host=args.host, port=args.port, ssl_context=context)
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"https://{host}:{port}"
     kubeconfig_path = os.path.join(state_dir, "admin.kubeconfig")

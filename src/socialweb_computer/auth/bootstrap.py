@@ -1,0 +1,365 @@
+"""The bootstrap RBAC policy every logical cluster starts with, as upstream ships it.
+
+cluster-admin (bound to system:masters); admin, edit and view as aggregating roles fed by
+system:aggregate-to-{admin,edit,view}; system:basic-user (access reviews and whoami for
+every authenticated user); system:discovery (API discovery for authenticated users);
+system:public-info-viewer (health and /version, also for anonymous requests);
+system:monitoring. Each carries `kubernetes.io/bootstrapping: rbac-defaults` and
+`rbac.authorization.kubernetes.io/autoupdate: "true"`. The roles of control-plane
+components that do not exist here (kubelet, scheduler, controllers) are left out.
+
+`ensure()` runs at every start of a logical cluster (`policy.ClusterPolicy.start`): it
+creates what is missing and, like the real reconciler, adds back missing rules, subjects,
+labels and annotations to objects still marked autoupdate; it never removes anything.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from socialweb_computer.api import errors
+from socialweb_computer.apiserver import store as store_mod
+
+log = logging.getLogger(__name__)
+
+Object = dict[str, Any]
+
+GROUP = "rbac.authorization.k8s.io"
+BOOTSTRAP_LABEL = {"kubernetes.io/bootstrapping": "rbac-defaults"}
+AUTOUPDATE = "rbac.authorization.kubernetes.io/autoupdate"
+AGGREGATE_TO = "rbac.authorization.k8s.io/aggregate-to-"
+MANAGER = "kube-apiserver"
+
+_READ = ("get", "list", "watch")
+_WRITE = ("create", "delete", "deletecollection", "patch", "update")
+_ALL = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+
+
+def _rule(groups: tuple[str, ...], resources: tuple[str, ...], verbs: tuple[str, ...]) -> Object:
+    return {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+
+
+def _urls(urls: tuple[str, ...], verbs: tuple[str, ...] = ("get",)) -> Object:
+    return {"nonResourceURLs": list(urls), "verbs": list(verbs)}
+
+
+# (name, extra labels, aggregates-from label or "", rules)
+_CLUSTER_ROLES: tuple[tuple[str, dict[str, str], str, tuple[Object, ...]], ...] = (
+    ("admin", {}, "admin", ()),
+    ("cluster-admin", {}, "", (_rule(("*",), ("*",), ("*",)), _urls(("*",), ("*",)))),
+    ("edit", {AGGREGATE_TO + "admin": "true"}, "edit", ()),
+    (
+        "system:aggregate-to-admin",
+        {AGGREGATE_TO + "admin": "true"},
+        "",
+        (
+            _rule(("authorization.k8s.io",), ("localsubjectaccessreviews",), ("create",)),
+            _rule((GROUP,), ("rolebindings", "roles"), _ALL),
+        ),
+    ),
+    (
+        "system:aggregate-to-edit",
+        {AGGREGATE_TO + "edit": "true"},
+        "",
+        (
+            _rule(
+                ("",),
+                ("pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"),
+                _READ,
+            ),
+            _rule(("",), ("serviceaccounts",), ("impersonate",)),
+            _rule(("",), ("pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"), _WRITE),
+            _rule(("",), ("pods/eviction",), ("create",)),
+            _rule(
+                ("",),
+                (
+                    "configmaps",
+                    "events",
+                    "persistentvolumeclaims",
+                    "replicationcontrollers",
+                    "replicationcontrollers/scale",
+                    "secrets",
+                    "serviceaccounts",
+                    "services",
+                    "services/proxy",
+                ),
+                _WRITE,
+            ),
+            _rule(("",), ("serviceaccounts/token",), ("create",)),
+            _rule(
+                ("apps",),
+                (
+                    "daemonsets",
+                    "deployments",
+                    "deployments/rollback",
+                    "deployments/scale",
+                    "replicasets",
+                    "replicasets/scale",
+                    "statefulsets",
+                    "statefulsets/scale",
+                ),
+                _WRITE,
+            ),
+            _rule(("autoscaling",), ("horizontalpodautoscalers",), _WRITE),
+            _rule(("batch",), ("cronjobs", "jobs"), _WRITE),
+            _rule(
+                ("extensions",),
+                (
+                    "daemonsets",
+                    "deployments",
+                    "deployments/rollback",
+                    "deployments/scale",
+                    "ingresses",
+                    "networkpolicies",
+                    "replicasets",
+                    "replicasets/scale",
+                    "replicationcontrollers/scale",
+                ),
+                _WRITE,
+            ),
+            _rule(("policy",), ("poddisruptionbudgets",), _WRITE),
+            _rule(("networking.k8s.io",), ("ingresses", "networkpolicies"), _WRITE),
+            _rule(("coordination.k8s.io",), ("leases",), _ALL),
+        ),
+    ),
+    (
+        "system:aggregate-to-view",
+        {AGGREGATE_TO + "view": "true"},
+        "",
+        (
+            _rule(
+                ("",),
+                (
+                    "configmaps",
+                    "endpoints",
+                    "persistentvolumeclaims",
+                    "persistentvolumeclaims/status",
+                    "pods",
+                    "replicationcontrollers",
+                    "replicationcontrollers/scale",
+                    "serviceaccounts",
+                    "services",
+                    "services/status",
+                ),
+                _READ,
+            ),
+            _rule(
+                ("",),
+                (
+                    "bindings",
+                    "events",
+                    "limitranges",
+                    "namespaces/status",
+                    "pods/log",
+                    "pods/status",
+                    "replicationcontrollers/status",
+                    "resourcequotas",
+                    "resourcequotas/status",
+                ),
+                _READ,
+            ),
+            _rule(("",), ("namespaces",), _READ),
+            _rule(("discovery.k8s.io",), ("endpointslices",), _READ),
+            _rule(
+                ("apps",),
+                (
+                    "controllerrevisions",
+                    "daemonsets",
+                    "daemonsets/status",
+                    "deployments",
+                    "deployments/scale",
+                    "deployments/status",
+                    "replicasets",
+                    "replicasets/scale",
+                    "replicasets/status",
+                    "statefulsets",
+                    "statefulsets/scale",
+                    "statefulsets/status",
+                ),
+                _READ,
+            ),
+            _rule(("autoscaling",), ("horizontalpodautoscalers", "horizontalpodautoscalers/status"), _READ),
+            _rule(("batch",), ("cronjobs", "cronjobs/status", "jobs", "jobs/status"), _READ),
+            _rule(
+                ("extensions",),
+                (
+                    "daemonsets",
+                    "daemonsets/status",
+                    "deployments",
+                    "deployments/scale",
+                    "deployments/status",
+                    "ingresses",
+                    "ingresses/status",
+                    "networkpolicies",
+                    "replicasets",
+                    "replicasets/scale",
+                    "replicasets/status",
+                    "replicationcontrollers/scale",
+                ),
+                _READ,
+            ),
+            _rule(("policy",), ("poddisruptionbudgets", "poddisruptionbudgets/status"), _READ),
+            _rule(("networking.k8s.io",), ("ingresses", "ingresses/status", "networkpolicies"), _READ),
+        ),
+    ),
+    (
+        "system:basic-user",
+        {},
+        "",
+        (
+            _rule(
+                ("authorization.k8s.io",),
+                ("selfsubjectaccessreviews", "selfsubjectrulesreviews"),
+                ("create",),
+            ),
+            _rule(("authentication.k8s.io",), ("selfsubjectreviews",), ("create",)),
+        ),
+    ),
+    (
+        "system:discovery",
+        {},
+        "",
+        (
+            _urls(
+                (
+                    "/api",
+                    "/api/*",
+                    "/apis",
+                    "/apis/*",
+                    "/healthz",
+                    "/livez",
+                    "/openapi",
+                    "/openapi/*",
+                    "/readyz",
+                    "/version",
+                    "/version/",
+                )
+            ),
+        ),
+    ),
+    (
+        "system:monitoring",
+        {},
+        "",
+        (
+            _urls(
+                (
+                    "/healthz",
+                    "/healthz/*",
+                    "/livez",
+                    "/livez/*",
+                    "/metrics",
+                    "/metrics/slis",
+                    "/readyz",
+                    "/readyz/*",
+                )
+            ),
+        ),
+    ),
+    (
+        "system:public-info-viewer",
+        {},
+        "",
+        (_urls(("/healthz", "/livez", "/readyz", "/version", "/version/")),),
+    ),
+    ("view", {AGGREGATE_TO + "edit": "true"}, "view", ()),
+)
+
+# (binding name = role name, groups)
+_CLUSTER_ROLE_BINDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cluster-admin", ("system:masters",)),
+    ("system:basic-user", ("system:authenticated",)),
+    ("system:discovery", ("system:authenticated",)),
+    ("system:monitoring", ("system:monitoring",)),
+    ("system:public-info-viewer", ("system:authenticated", "system:unauthenticated")),
+)
+
+
+def _metadata(name: str, labels: dict[str, str]) -> Object:
+    return {"name": name, "labels": {**BOOTSTRAP_LABEL, **labels}, "annotations": {AUTOUPDATE: "true"}}
+
+
+def cluster_roles() -> list[Object]:
+    out = []
+    for name, labels, aggregates, rules in _CLUSTER_ROLES:
+        role: Object = {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "ClusterRole",
+            "metadata": _metadata(name, labels),
+        }
+        if aggregates:
+            role["aggregationRule"] = {
+                "clusterRoleSelectors": [{"matchLabels": {AGGREGATE_TO + aggregates: "true"}}]
+            }
+        if rules:
+            role["rules"] = copy.deepcopy(list(rules))
+        out.append(role)
+    return out
+
+
+def cluster_role_bindings() -> list[Object]:
+    return [
+        {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": _metadata(name, {}),
+            "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": name},
+            "subjects": [{"apiGroup": GROUP, "kind": "Group", "name": g} for g in groups],
+        }
+        for name, groups in _CLUSTER_ROLE_BINDINGS
+    ]
+
+
+async def ensure(store: Any) -> None:
+    """Create the bootstrap policy where missing; top up objects still marked autoupdate."""
+    registry = store.registry
+    for plural, objects in (
+        ("clusterroles", cluster_roles()),
+        ("clusterrolebindings", cluster_role_bindings()),
+    ):
+        kind = registry.lookup(GROUP, "v1", plural)
+        assert kind is not None, plural
+        for wanted in objects:
+            await _ensure_one(store, kind, wanted)
+
+
+async def _ensure_one(store: Any, kind: Any, wanted: Object) -> None:
+    name = wanted["metadata"]["name"]
+    options = store_mod.WriteOptions(field_manager=MANAGER)
+    try:
+        await store.create(kind, "", copy.deepcopy(wanted), options)
+        return
+    except errors.StatusError as e:
+        if e.reason != "AlreadyExists":
+            raise
+    existing = await store.get(kind, "", name)
+    if (existing["metadata"].get("annotations") or {}).get(AUTOUPDATE) != "true":
+        return
+    merged = reconcile(existing, wanted)
+    if merged is not None:
+        try:
+            await store.update(kind, "", name, merged, options)
+        except errors.StatusError as e:  # a concurrent writer won; the next start tops it up
+            log.info("bootstrap reconcile of %s %s skipped: %s", kind.plural, name, e)
+
+
+def reconcile(existing: Object, wanted: Object) -> Object | None:
+    """The existing object with what `wanted` adds, or None when nothing is missing."""
+    merged = copy.deepcopy(existing)
+    meta = merged.setdefault("metadata", {})
+    for field in ("labels", "annotations"):
+        current = meta.setdefault(field, {}) or {}
+        meta[field] = {**wanted["metadata"].get(field, {}), **current}
+    if "aggregationRule" in wanted:
+        selectors = merged.setdefault("aggregationRule", {}).setdefault("clusterRoleSelectors", [])
+        for selector in wanted["aggregationRule"]["clusterRoleSelectors"]:
+            if selector not in selectors:
+                selectors.append(selector)
+    else:
+        for field in ("rules", "subjects"):
+            if field in wanted:
+                present = merged.setdefault(field, []) or []
+                merged[field] = present + [item for item in wanted[field] if item not in present]
+    return None if merged == existing else merged

@@ -1,0 +1,234 @@
+"""The ReplicaSet controller: keep `spec.replicas` Pods matching the template alive, and
+report how many exist, are fully labelled, ready and available.
+
+Pods are created from the template with `generateName: <rs>-` and a controller
+ownerReference (blockOwnerDeletion), so the garbage collector removes them with the
+ReplicaSet. Without nodes Pods stay Pending; whoever sets a Pod Ready through
+pods/status makes it count as ready (and available after minReadySeconds).
+Started by `controllers.manager.Manager`; the Deployment controller builds on its status.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+import orjson
+
+from socialweb_computer.api import errors, objects
+from socialweb_computer.apiserver import selectors
+from socialweb_computer.apiserver import store as store_mod
+from socialweb_computer.controllers import events, framework
+
+Object = dict[str, Any]
+COMPONENT = "replicaset-controller"
+# Kubernetes creates at most this many pods per sync (slow start batches); good enough here.
+BURST = 500
+
+
+def active(pod: Object) -> bool:
+    return not pod["metadata"].get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in (
+        "Succeeded", "Failed")
+
+
+def _delete_rank(pod: Object) -> tuple[int, int, int, str]:
+    """Pods to delete first: unscheduled, then not running, then not ready, then newest."""
+    status = pod.get("status") or {}
+    phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(status.get("phase", "Pending"), 0)
+    created = pod["metadata"].get("creationTimestamp", "")
+    return (1 if (pod.get("spec") or {}).get("nodeName") else 0, phase_rank,
+            1 if framework.is_ready(pod) else 0, "".join(chr(0x10FFFF - ord(c)) for c in created))
+
+
+def _selects(rs: Object, labels: dict[str, str]) -> bool:
+    selector = (rs.get("spec") or {}).get("selector")
+    if not selector or rs["metadata"].get("deletionTimestamp"):
+        return False
+    try:
+        return selectors.from_label_selector_object(selector).matches(labels)
+    except selectors.SelectorError:
+        return False
+
+
+def owner_ref(rs: Object) -> Object:
+    meta = rs["metadata"]
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def _adopt_ops(pod: Object, rs: Object) -> list[Object]:
+    if pod["metadata"].get("ownerReferences"):
+        return [{"op": "add", "path": "/metadata/ownerReferences/-", "value": owner_ref(rs)}]
+    return [{"op": "add", "path": "/metadata/ownerReferences", "value": [owner_ref(rs)]}]
+
+
+class ReplicaSetController:
+    def __init__(self, store: store_mod.Store, informers: framework.Informers, clock: framework.Clock,
+                 recorder: events.Recorder) -> None:
+        self.store = store
+        self.clock = clock
+        self.recorder = recorder
+        self.queue = framework.WorkQueue(clock)
+        self.replicasets = informers.get("apps", "replicasets")
+        self.pods = informers.get("", "pods")
+        self.replicasets.handlers.append(self._on_rs)
+        self.pods.handlers.append(self._on_pod)
+
+    def _on_rs(self, event: str, new: Object | None, old: Object | None) -> None:
+        self.queue.add(framework.key_of(new or old))  # type: ignore[arg-type]
+
+    def _on_pod(self, event: str, new: Object | None, old: Object | None) -> None:
+        for pod in (new, old):
+            ref = framework.controller_of(pod) if pod else None
+            if ref and ref.get("kind") == "ReplicaSet":
+                self.queue.add((pod["metadata"].get("namespace", ""), ref["name"]))  # type: ignore[index]
+        if new is not None and framework.controller_of(new) is None and not new["metadata"].get(
+                "deletionTimestamp"):
+            # An orphan: every ReplicaSet whose selector matches may adopt it.
+            labels = new["metadata"].get("labels") or {}
+            for rs in self.replicasets.list(new["metadata"].get("namespace", "")):
+                if _selects(rs, labels):
+                    self.queue.add(framework.key_of(rs))
+
+    def owned_pods(self, rs: Object) -> list[Object]:
+        uid = rs["metadata"]["uid"]
+        return [
+            p for p in self.pods.list(rs["metadata"].get("namespace", ""))
+            if (framework.controller_of(p) or {}).get("uid") == uid
+        ]
+
+    async def sync(self, key: tuple[str, str]) -> None:
+        namespace, name = key
+        rs = self.replicasets.get(namespace, name)
+        if rs is None:
+            return
+        pods = [p for p in self.owned_pods(rs) if active(p)]
+        if not rs["metadata"].get("deletionTimestamp"):
+            await self._claim(rs)
+            pods = [p for p in self.owned_pods(rs) if active(p)]
+            await self._manage(rs, pods)
+            pods = [p for p in self.owned_pods(rs) if active(p)]
+        await self._update_status(rs, pods)
+
+    async def _claim(self, rs: Object) -> None:
+        """Adopt orphans the selector matches; release owned pods it no longer matches."""
+        uid = rs["metadata"]["uid"]
+        for pod in self.pods.list(rs["metadata"].get("namespace", "")):
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            ref = framework.controller_of(pod)
+            matches = _selects(rs, pod["metadata"].get("labels") or {})
+            if ref is None and matches:
+                await self._patch_pod(pod, _adopt_ops(pod, rs))
+            elif ref is not None and ref.get("uid") == uid and not matches:
+                refs = pod["metadata"].get("ownerReferences") or []
+                i = next(i for i, r in enumerate(refs) if r.get("uid") == uid)
+                await self._patch_pod(pod, [{"op": "test", "path": f"/metadata/ownerReferences/{i}/uid",
+                                             "value": uid},
+                                            {"op": "remove", "path": f"/metadata/ownerReferences/{i}"}])
+
+    async def _patch_pod(self, pod: Object, ops: list[Object]) -> None:
+        meta = pod["metadata"]
+        # Tested against the cached resourceVersion: a stale cache must not overwrite owners.
+        ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}, *ops]
+        try:
+            await self.store.patch(self.pods.kind, meta["namespace"], meta["name"], "json", orjson.dumps(ops),
+                                   store_mod.WriteOptions(field_manager="kube-controller-manager"))
+        except errors.StatusError as e:
+            if e.code != 404:
+                raise
+
+    async def _manage(self, rs: Object, pods: list[Object]) -> None:
+        want = int((rs.get("spec") or {}).get("replicas", 1))
+        diff = len(pods) - want
+        if diff < 0:
+            for _ in range(min(-diff, BURST)):
+                await self._create_pod(rs)
+        elif diff > 0:
+            for pod in sorted(pods, key=_delete_rank)[:diff]:
+                await self._delete_pod(rs, pod)
+
+    async def _create_pod(self, rs: Object) -> None:
+        meta = rs["metadata"]
+        template = copy.deepcopy((rs.get("spec") or {}).get("template") or {})
+        pod_meta = template.get("metadata") or {}
+        pod = {
+            "metadata": {
+                "generateName": f"{meta['name']}-",
+                "namespace": meta.get("namespace", ""),
+                "labels": pod_meta.get("labels") or {},
+                "ownerReferences": [owner_ref(rs)],
+            },
+            "spec": template.get("spec") or {},
+        }
+        if pod_meta.get("annotations"):
+            pod["metadata"]["annotations"] = pod_meta["annotations"]
+        kind = self.pods.kind
+        try:
+            created = await self.store.create(kind, meta.get("namespace", ""), pod,
+                                              store_mod.WriteOptions(field_manager="kube-controller-manager"))
+        except errors.StatusError as e:
+            await self.recorder.event(COMPONENT, rs, events.WARNING, "FailedCreate",
+                                      f"Error creating: {e.message}")
+            raise
+        await self.recorder.event(COMPONENT, rs, events.NORMAL, "SuccessfulCreate",
+                                  f"Created pod: {created.object['metadata']['name']}")
+
+    async def _delete_pod(self, rs: Object, pod: Object) -> None:
+        pmeta = pod["metadata"]
+        try:
+            await self.store.delete(self.pods.kind, pmeta["namespace"], pmeta["name"],
+                                    store_mod.DeleteOptions(precondition_uid=pmeta["uid"]))
+        except errors.StatusError as e:
+            if e.code == 404:
+                return
+            raise
+        await self.recorder.event(COMPONENT, rs, events.NORMAL, "SuccessfulDelete",
+                                  f"Deleted pod: {pmeta['name']}")
+
+    async def _update_status(self, rs: Object, pods: list[Object]) -> None:
+        spec = rs.get("spec") or {}
+        template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        min_ready = int(spec.get("minReadySeconds") or 0)
+        now = self.clock.now()
+        ready = [p for p in pods if framework.is_ready(p)]
+        available = 0
+        for pod in ready:
+            since = framework.ready_since(pod)
+            if min_ready <= 0 or (since is not None and since + datetime.timedelta(seconds=min_ready) <= now):
+                available += 1
+            elif since is not None:
+                wait = (since + datetime.timedelta(seconds=min_ready) - now).total_seconds()
+                self.queue.add_after(framework.key_of(rs), wait)
+        labelled = sum(
+            1 for p in pods
+            if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in template_labels.items())
+        )
+        status = dict(rs.get("status") or {})
+        status.update({
+            "replicas": len(pods),
+            "fullyLabeledReplicas": labelled,
+            "readyReplicas": len(ready),
+            "availableReplicas": available,
+            "observedGeneration": rs["metadata"].get("generation", 1),
+        })
+        for field in ("fullyLabeledReplicas", "readyReplicas", "availableReplicas"):
+            if not status[field]:
+                status.pop(field)  # Go's omitempty: zero counts are absent
+        if status == (rs.get("status") or {}):
+            return
+        updated = copy.deepcopy(rs)
+        updated["status"] = status
+        try:
+            await self.store.update(self.replicasets.kind, rs["metadata"].get("namespace", ""),
+                                    rs["metadata"]["name"], updated,
+                                    store_mod.WriteOptions(field_manager="kube-controller-manager",
+                                                           subresource="status", field_validation="Ignore"))
+        except errors.StatusError as e:
+            if e.code != 404:
+                raise
+
+
+def now_string(clock: framework.Clock) -> str:
+    return objects.rfc3339(clock.now())
