@@ -236,3 +236,26 @@ def test_anonymous_may_only_read_public_info(shared_apiserver: testing.ApiServer
     payload = json.loads(response.read())
     connection.close()
     assert response.status in (401, 403) and payload["kind"] == "Status"
+
+
+def test_binding_assigns_a_pod_once(shared_apiserver: testing.ApiServerProcess, namespace: str) -> None:
+    headers = {"Content-Type": "application/json"}
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    for name in ("a", "b"):
+        pod = {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+        assert _request(shared_apiserver, "POST", pods, json.dumps(pod).encode(), headers)[0] == 201
+    binding = {"metadata": {"name": "a"}, "target": {"kind": "Node", "name": "node-1"}}
+    assert (
+        _request(shared_apiserver, "POST", f"{pods}/a/binding", json.dumps(binding).encode(), headers)[0]
+        == 201
+    )
+    status, payload = _request(
+        shared_apiserver, "POST", f"{pods}/a/binding", json.dumps(binding).encode(), headers
+    )
+    assert status == 409 and 'is already assigned to node "node-1"' in payload["message"]
+    binding["metadata"]["name"] = "b"
+    bindings = f"/api/v1/namespaces/{namespace}/bindings"
+    assert _request(shared_apiserver, "POST", bindings, json.dumps(binding).encode(), headers)[0] == 201
+    _, pod_b = _request(shared_apiserver, "GET", f"{pods}/b")
+    assert pod_b["spec"]["nodeName"] == "node-1"
+    assert {"type": "PodScheduled", "status": "True"}.items() <= pod_b["status"]["conditions"][0].items()

@@ -18,7 +18,16 @@ from aiohttp import web
 
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import cluster as cluster_mod
-from socialweb_computer.apiserver import discovery, kinds, openapi, printers, protobuf, reviews, validation
+from socialweb_computer.apiserver import (
+    discovery,
+    kinds,
+    openapi,
+    printers,
+    protobuf,
+    reviews,
+    subresources,
+    validation,
+)
 from socialweb_computer.apiserver import requests as req
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.apiserver.patching import PATCH_TYPES, patch_type
@@ -298,6 +307,8 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
         raise errors.resource_not_found_message()
     if not kind.namespaced and rr.namespace:
         raise errors.resource_not_found_message()
+    if kind.kind == "Binding" and kind.group == "":
+        return await subresources.handle_binding_kind(request, cluster, rr)
     if kind.verbs == ("create",):
         return await reviews.handle(request, cluster, kind, rr, decode_object)
     store = cluster.store

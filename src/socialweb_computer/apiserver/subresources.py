@@ -128,7 +128,15 @@ async def handle_binding(
 
     if request.method != "POST":
         raise errors.method_not_allowed()
-    binding, _ = await handlers.decode_object(request)
+    binding, _ = await handlers.decode_object(request, "Binding")
+    return await _bind(cluster, kind, rr, binding)
+
+
+async def _bind(
+    cluster: Any, kind: kinds.KindInfo, rr: req.ResourceRequest, binding: Object
+) -> web.StreamResponse:
+    from socialweb_computer.apiserver import handlers
+
     target = (binding.get("target") or {}).get("name")
     if not target:
         raise errors.invalid(
@@ -159,6 +167,22 @@ async def handle_binding(
     await store.bind(kind, rr.namespace, rr.name, target, conditions)
     return handlers.json_response(
         {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201
+    )
+
+
+async def handle_binding_kind(
+    request: web.Request, cluster: Any, rr: req.ResourceRequest
+) -> web.StreamResponse:
+    """POST /api/v1/namespaces/{ns}/bindings: the same as pods/{name}/binding, named in the body."""
+    from socialweb_computer.apiserver import handlers
+
+    if request.method != "POST" or rr.name:
+        raise errors.method_not_allowed()
+    binding, _ = await handlers.decode_object(request, "Binding")
+    name = (binding.get("metadata") or {}).get("name", "")
+    pods = cluster.registry.lookup("", "v1", "pods")
+    return await _bind(
+        cluster, pods, req.ResourceRequest("", "v1", "pods", rr.namespace, name, "binding"), binding
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -72,6 +73,10 @@ async def serve(args: argparse.Namespace) -> None:
                                               compact_interval=args.compact_interval)
     cluster = LogicalCluster(CLUSTER_NAME, backend)
     await cluster.start()
+    # Everything loaded so far (schemas, tables, bootstrap objects) lives as long as the process:
+    # keeping it out of the cyclic collector's full passes removes 15-40 ms pauses (bench/README.md).
+    gc.collect()
+    gc.freeze()
     context = app_mod.server_ssl_context(paths["serving.crt"], paths["serving.key"], paths["client-ca.crt"])
     authenticator = authn.ClientCertAuthenticator.from_pem_file(paths["client-ca.crt"])
     runner, port = await app_mod.serve(app_mod.build_app(cluster, authenticator=authenticator),

@@ -197,6 +197,8 @@ class PriorityClassStrategy(base.Strategy):
 
 
 class RbacStrategy(base.Strategy):
+    """RBAC objects are named like paths, not DNS names (e.g. `system:basic-user`)."""
+
     name_format = "path"
 
 
