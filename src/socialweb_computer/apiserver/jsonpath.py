@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import re
 from collections.abc import Callable
 from typing import Any
+
+from socialweb_computer.api import gofmt
 
 # --------------------------------------------------------------------------- syntax tree
 
@@ -623,48 +624,17 @@ def execute(template: str, data: Any, *, allow_missing_keys: bool = False) -> st
     return "".join(" ".join(format_text(v) for v in group) for group in groups)
 
 
-def go_float(value: float) -> str:
-    """Go's %v for a float64: shortest digits, exponent form below 1e-4 or from 1e6 up."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    digits, exp = _shortest(value)
-    sign = "-" if math.copysign(1.0, value) < 0 else ""
-    if exp < -4 or exp >= 6:  # strconv's 'g' with shortest precision decides at 6
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
-    return sign + _fixed(digits, exp)
+go_float = gofmt.format_float
 
 
 def _go_json_float(value: float) -> str:
     """encoding/json's float64: fixed notation unless the exponent is below -6 or at least 21."""
-    digits, exp = _shortest(value)
+    digits, exp = gofmt.shortest_digits(value)
     sign = "-" if value < 0 else ""
     if exp < -6 or exp >= 21:
         mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
         return f"{sign}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp)}"
-    return sign + _fixed(digits, exp)
-
-
-def _shortest(value: float) -> tuple[str, int]:
-    """The shortest round-tripping digits of |value| and the decimal exponent of the first one."""
-    if value == 0:
-        return "0", 0
-    mantissa, _, e = repr(abs(value)).partition("e")
-    whole, _, frac = mantissa.partition(".")
-    run = whole + frac
-    stripped = run.lstrip("0")
-    exp = len(whole) - (len(run) - len(stripped)) - 1 + (int(e) if e else 0)
-    return stripped.rstrip("0") or "0", exp
-
-
-def _fixed(digits: str, exp: int) -> str:
-    if exp < 0:
-        return "0." + "0" * (-exp - 1) + digits
-    if len(digits) <= exp + 1:
-        return digits + "0" * (exp + 1 - len(digits))
-    return digits[:exp + 1] + "." + digits[exp + 1:]
+    return sign + gofmt.fixed(digits, exp)
 
 
 _JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t",

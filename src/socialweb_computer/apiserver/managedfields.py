@@ -27,13 +27,12 @@ types.
 from __future__ import annotations
 
 import datetime as _dt
-import decimal
 import json
-import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from socialweb_computer.api import gofmt
 from socialweb_computer.apiserver import schemas
 
 Schema = dict[str, Any]
@@ -81,6 +80,10 @@ _GO_HTML_ESCAPES = str.maketrans(
 )
 
 
+go_float = gofmt.format_float
+go_quote = gofmt.quote
+
+
 def go_json(value: JSON, *, sort_keys: bool = False) -> str:
     """Compact JSON as Go's encoding/json writes it (HTML-safe escapes, integral floats as ints)."""
     text = json.dumps(_go_numbers(value), separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys)
@@ -97,58 +100,6 @@ def _go_numbers(value: JSON) -> JSON:
     return value
 
 
-def go_float(f: float) -> str:
-    """Go's %v for a float64: shortest digits, exponent form below 1e-4 or from 1e6."""
-    if math.isnan(f):
-        return "NaN"
-    if math.isinf(f):
-        return "+Inf" if f > 0 else "-Inf"
-    if f == 0:
-        return "0"
-    sign = "-" if f < 0 else ""
-    dec = decimal.Decimal(repr(abs(f)))
-    digits = "".join(map(str, dec.as_tuple().digits)).lstrip("0")
-    exp10 = dec.adjusted()
-    digits = digits.rstrip("0") or "0"
-    if exp10 < -4 or exp10 >= 6:
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{mantissa}e{'-' if exp10 < 0 else '+'}{abs(exp10):02d}"
-    text = format(dec, "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return sign + text
-
-
-def go_quote(s: str) -> str:
-    """Go's %q / strconv.Quote."""
-    out = ['"']
-    for ch in s:
-        code = ord(ch)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch in _GO_QUOTE_ESCAPES:
-            out.append(_GO_QUOTE_ESCAPES[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        elif code < 0x80:
-            out.append(f"\\x{code:02x}")
-        elif code < 0x10000:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-_GO_QUOTE_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
 
 
 def _go_v(v: JSON) -> str:

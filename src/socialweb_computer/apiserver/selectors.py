@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from socialweb_computer.api import errors
+from socialweb_computer.api import errors, gofmt
 
 # --------------------------------------------------------------------------- label syntax checks
 # (apimachinery util/validation: the same rules and messages a real server prints)
@@ -100,18 +100,12 @@ class SelectorError(ValueError):
     """A selector that does not parse or validate; the message is the real server's."""
 
 
-def _go_quote(value: str) -> str:
-    """Go's %q for the printable strings selectors carry."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
-    return f'"{escaped}"'
-
-
 def _invalid(path: str, value: Any, detail: str) -> str:
     """field.Invalid(...).Error(): `<path>: Invalid value: <value>: <detail>`."""
     if isinstance(value, str):
-        shown = _go_quote(value)
+        shown = gofmt.quote(value)
     elif isinstance(value, list | tuple):
-        shown = "[]string{" + ", ".join(_go_quote(v) for v in value) + "}"
+        shown = "[]string{" + ", ".join(gofmt.quote(v) for v in value) + "}"
     else:
         shown = str(value)
     return f"{path}: Invalid value: {shown}: {detail}"
@@ -202,8 +196,8 @@ def new_requirement(key: str, operator: str, values: Iterable[str], path: str = 
                 errs.append(_invalid(f"{values_path}[{i}]", value,
                                      "for 'Gt', 'Lt' operators, the value must be an integer"))
     else:
-        supported = ", ".join(_go_quote(op) for op in (*_BINARY_OPERATORS, EXISTS, DOES_NOT_EXIST))
-        errs.append(f"{path + '.' if path else ''}operator: Unsupported value: {_go_quote(operator)}: "
+        supported = ", ".join(gofmt.quote(op) for op in (*_BINARY_OPERATORS, EXISTS, DOES_NOT_EXIST))
+        errs.append(f"{path + '.' if path else ''}operator: Unsupported value: {gofmt.quote(operator)}: "
                     f"supported values: {supported}")
     for i, value in enumerate(vals):
         if value_errs := label_value_errors(value):
@@ -447,7 +441,7 @@ def from_label_selector_object(selector: Mapping[str, Any] | None) -> LabelSelec
     for expr in expressions:
         operator = expr.get("operator", "")
         if operator not in _EXPRESSION_OPERATORS:
-            raise SelectorError(f"{_go_quote(operator)} is not a valid label selector operator")
+            raise SelectorError(f"{gofmt.quote(operator)} is not a valid label selector operator")
         requirements.append(new_requirement(expr.get("key", ""), _EXPRESSION_OPERATORS[operator],
                                             list(expr.get("values") or [])))
     return LabelSelector(_sorted_by_key(requirements))
@@ -555,7 +549,7 @@ class FieldLabels:
 
 
 def _default_refusal(label: str) -> str:
-    return f'{_go_quote(label)} is not a known field selector: only "metadata.name", "metadata.namespace"'
+    return f'{gofmt.quote(label)} is not a known field selector: only "metadata.name", "metadata.namespace"'
 
 
 def _not_supported(label: str) -> str:
@@ -723,7 +717,7 @@ FIELD_LABELS: dict[tuple[str, str], FieldLabels] = {
                                   "spec.type": _path("spec", "type")}, _not_supported),
     ("batch", "Job"): FieldLabels(
         {**_META, "status.successful": _path("status", "succeeded", default="0")},
-        lambda label: f"field label {_go_quote(label)} not supported for batchv1.Job"),
+        lambda label: f"field label {gofmt.quote(label)} not supported for batchv1.Job"),
     ("certificates.k8s.io", "CertificateSigningRequest"): FieldLabels(
         {"metadata.name": _path("metadata", "name"), "spec.signerName": _path("spec", "signerName")},
         _not_supported),

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from socialweb_computer.api import errors
+from socialweb_computer.api import errors, gofmt
 from socialweb_computer.api.errors import Cause
 from socialweb_computer.apiserver import schemas
 
@@ -55,24 +55,7 @@ _GO_FIND_KIND = ('struct { APIVersion string "json:\\"apiVersion,omitempty\\""; 
 
 # --------------------------------------------------------------------------- Go-style rendering
 
-
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
-               "\\": "\\\\", '"': '\\"'}
-
-
-def go_quote(text: str) -> str:
-    """Go's strconv.Quote (what `%q` prints)."""
-    out = ['"']
-    for ch in text:
-        if ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        else:
-            cp = ord(ch)
-            out.append(f"\\x{cp:02x}" if cp < 0x80 else f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}")
-    out.append('"')
-    return "".join(out)
+go_quote = gofmt.quote
 
 
 def go_float(value: float) -> str:

@@ -16,7 +16,7 @@ import dataclasses
 
 from aiohttp import web
 
-from socialweb_computer.api import errors
+from socialweb_computer.api import errors, gofmt
 from socialweb_computer.apiserver import requests as req
 from socialweb_computer.apiserver import selectors
 from socialweb_computer.auth import identity
@@ -178,24 +178,7 @@ def new_forbidden(resource: str, group: str, name: str, message: str) -> errors.
     return errors.forbidden(f"{prefix} is forbidden: {message}", resource, name, group)
 
 
-def go_quote(value: str) -> str:
-    """Go's %q for the strings that appear in these messages."""
-    out = ['"']
-    for ch in value:
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+go_quote = gofmt.quote
 
 
 def go_quote_list(values: list[str] | tuple[str, ...]) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from socialweb_computer.api import errors
+from socialweb_computer.api import errors, gofmt
 from socialweb_computer.apiserver.patching import jsonpatch, mergepatch, strategic
 from socialweb_computer.apiserver.patching.jsonpatch import MAX_JSON_PATCH_OPERATIONS, json_patch
 from socialweb_computer.apiserver.patching.mergepatch import merge_patch
@@ -115,20 +115,6 @@ _GO_JSON_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
                     ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
 
 
-def _go_quote(text: str) -> str:
-    """strconv.Quote, closely enough for JSON text and Go map dumps."""
-    escapes = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-    out = []
-    for ch in text:
-        if ch in escapes:
-            out.append(escapes[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
 def invalid_patch(kind: str, document: Any, detail: str) -> errors.StatusError:
     """The 422 the server gives when the patched result does not decode as the object's type.
 
@@ -142,7 +128,7 @@ def invalid_patch(kind: str, document: Any, detail: str) -> errors.StatusError:
         shown = json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
         for char, escaped in _GO_JSON_ESCAPES:  # json.Marshal escapes HTML-significant characters
             shown = shown.replace(char, escaped)
-    cause = errors.Cause("FieldValueInvalid", f"Invalid value: {_go_quote(shown)}: {detail}", "patch")
+    cause = errors.Cause("FieldValueInvalid", f"Invalid value: {gofmt.quote(shown)}: {detail}", "patch")
     return errors.invalid("", "", [cause])
 
 

@@ -18,12 +18,11 @@ reason that the real server sends for errors it does not translate.
 from __future__ import annotations
 
 import copy
-import decimal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from socialweb_computer.api import errors
+from socialweb_computer.api import errors, gofmt
 from socialweb_computer.apiserver import schemas
 from socialweb_computer.apiserver.patching import jsonpatch
 
@@ -43,25 +42,6 @@ Defs = Mapping[str, Schema]
 
 # --- Go's fmt, for error messages --------------------------------------------------------------
 
-def _go_float(value: float) -> str:
-    """fmt's %v of a float64: shortest digits, exponent form outside [1e-4, 1e6)."""
-    if value == 0:
-        return "0"
-    sign, digits, exponent = decimal.Decimal(repr(value)).normalize().as_tuple()
-    text = "".join(map(str, digits))
-    point = len(text) + int(exponent)
-    minus = "-" if sign else ""
-    if point - 1 < -4 or point - 1 >= 6:
-        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
-        exp = point - 1
-        return f"{minus}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
-    if point <= 0:
-        return f"{minus}0.{'0' * -point}{text}"
-    if point >= len(text):
-        return minus + text + "0" * (point - len(text))
-    return f"{minus}{text[:point]}.{text[point:]}"
-
-
 def go_fmt(value: Any, verb: str = "v") -> str:
     """fmt's %v (or %s) of a decoded JSON value: maps print as map[k:v] with sorted keys."""
     if isinstance(value, str):
@@ -77,7 +57,7 @@ def go_fmt(value: Any, verb: str = "v") -> str:
     elif isinstance(value, int):
         text, go_type = str(value), "int64"
     else:
-        text, go_type = _go_float(value), "float64"
+        text, go_type = gofmt.format_float(value), "float64"
     return text if verb == "v" else f"%!s({go_type}={text})"
 
 

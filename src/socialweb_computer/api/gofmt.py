@@ -1,0 +1,63 @@
+"""How Go prints values, for messages clients compare byte for byte.
+
+Kubernetes builds its error and warning texts with Go's `fmt` and `strconv`; matching
+them means quoting strings as `strconv.Quote` does and printing floats as `%v` does.
+Every module that words a Go message uses these two, so they agree with each other.
+"""
+
+from __future__ import annotations
+
+import math
+
+_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
+            "\\": "\\\\", '"': '\\"'}
+
+
+def quote(text: str) -> str:
+    """strconv.Quote (what `%q` prints)."""
+    out = ['"']
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            cp = ord(ch)
+            out.append(f"\\x{cp:02x}" if cp < 0x80 else f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def shortest_digits(value: float) -> tuple[str, int]:
+    """The shortest round-tripping digits of |value| and the decimal exponent of the first one."""
+    if value == 0:
+        return "0", 0
+    mantissa, _, e = repr(abs(value)).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    run = whole + frac
+    stripped = run.lstrip("0")
+    exp = len(whole) - (len(run) - len(stripped)) - 1 + (int(e) if e else 0)
+    return stripped.rstrip("0") or "0", exp
+
+
+def fixed(digits: str, exp: int) -> str:
+    """Digits with their first one at 10**exp, written without an exponent."""
+    if exp < 0:
+        return "0." + "0" * (-exp - 1) + digits
+    if len(digits) <= exp + 1:
+        return digits + "0" * (exp + 1 - len(digits))
+    return digits[:exp + 1] + "." + digits[exp + 1:]
+
+
+def format_float(value: float) -> str:
+    """`%v` of a float64: shortest digits, exponent form below 1e-4 or from 1e6 up."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    digits, exp = shortest_digits(value)
+    sign = "-" if math.copysign(1.0, value) < 0 else ""  # Go prints -0 for negative zero
+    if exp < -4 or exp >= 6:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{sign}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    return sign + fixed(digits, exp)
