@@ -112,15 +112,10 @@ class DeploymentController:
         self.queue.add(framework.key_of(new or old))  # type: ignore[arg-type]
 
     def _on_rs(self, event: str, new: Object | None, old: Object | None) -> None:
-        for rs in (new, old):
-            ref = framework.controller_of(rs) if rs else None
-            if ref and ref.get("kind") == "Deployment":
-                self.queue.add((rs["metadata"].get("namespace", ""), ref["name"]))  # type: ignore[index]
+        framework.enqueue_controller(self.queue, "Deployment", new, old)
 
     def owned(self, d: Object) -> list[Object]:
-        uid = d["metadata"]["uid"]
-        return [rs for rs in self.replicasets.list(d["metadata"].get("namespace", ""))
-                if (framework.controller_of(rs) or {}).get("uid") == uid]
+        return framework.controlled_by(self.replicasets, d)
 
     def split(self, d: Object) -> tuple[Object | None, list[Object]]:
         want = _without_hash((d.get("spec") or {}).get("template") or {})

@@ -293,6 +293,21 @@ def controller_of(obj: Object) -> Object | None:
     return None
 
 
+def controlled_by(informer: Informer, owner: Object) -> list[Object]:
+    """The cached objects in the owner's namespace whose controller reference is the owner."""
+    uid = owner["metadata"]["uid"]
+    return [obj for obj in informer.list(owner["metadata"].get("namespace", ""))
+            if (controller_of(obj) or {}).get("uid") == uid]
+
+
+def enqueue_controller(queue: WorkQueue, owner_kind: str, *objs: Object | None) -> None:
+    """Queue the owner (of `owner_kind`) that controls any of these objects."""
+    for obj in objs:
+        ref = controller_of(obj) if obj else None
+        if obj and ref and ref.get("kind") == owner_kind:
+            queue.add((obj["metadata"].get("namespace", ""), ref["name"]))
+
+
 def is_ready(pod: Object) -> bool:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":

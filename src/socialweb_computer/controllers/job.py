@@ -59,15 +59,10 @@ class JobController:
         self.pods.handlers.append(self._on_pod)
 
     def _on_pod(self, event: str, new: Object | None, old: Object | None) -> None:
-        for pod in (new, old):
-            ref = framework.controller_of(pod) if pod else None
-            if ref and ref.get("kind") == "Job":
-                self.queue.add((pod["metadata"].get("namespace", ""), ref["name"]))  # type: ignore[index]
+        framework.enqueue_controller(self.queue, "Job", new, old)
 
     def owned_pods(self, job: Object) -> list[Object]:
-        uid = job["metadata"]["uid"]
-        return [p for p in self.pods.list(job["metadata"].get("namespace", ""))
-                if (framework.controller_of(p) or {}).get("uid") == uid]
+        return framework.controlled_by(self.pods, job)
 
     async def sync(self, key: tuple[str, str]) -> None:
         job = self.jobs.get(*key)

@@ -79,10 +79,7 @@ class ReplicaSetController:
         self.queue.add(framework.key_of(new or old))  # type: ignore[arg-type]
 
     def _on_pod(self, event: str, new: Object | None, old: Object | None) -> None:
-        for pod in (new, old):
-            ref = framework.controller_of(pod) if pod else None
-            if ref and ref.get("kind") == "ReplicaSet":
-                self.queue.add((pod["metadata"].get("namespace", ""), ref["name"]))  # type: ignore[index]
+        framework.enqueue_controller(self.queue, "ReplicaSet", new, old)
         if new is not None and framework.controller_of(new) is None and not new["metadata"].get(
                 "deletionTimestamp"):
             # An orphan: every ReplicaSet whose selector matches may adopt it.
@@ -92,11 +89,7 @@ class ReplicaSetController:
                     self.queue.add(framework.key_of(rs))
 
     def owned_pods(self, rs: Object) -> list[Object]:
-        uid = rs["metadata"]["uid"]
-        return [
-            p for p in self.pods.list(rs["metadata"].get("namespace", ""))
-            if (framework.controller_of(p) or {}).get("uid") == uid
-        ]
+        return framework.controlled_by(self.pods, rs)
 
     async def sync(self, key: tuple[str, str]) -> None:
         namespace, name = key
