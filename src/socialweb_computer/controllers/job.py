@@ -17,7 +17,7 @@ from typing import Any
 
 from socialweb_computer.api import errors, objects
 from socialweb_computer.apiserver import store as store_mod
-from socialweb_computer.controllers import events, framework, replicaset
+from socialweb_computer.controllers import events, framework, podcontrol, replicaset
 
 Object = dict[str, Any]
 COMPONENT = "job-controller"
@@ -199,43 +199,12 @@ class JobController:
                 raise
 
     async def _create_pod(self, job: Object) -> Object:
-        meta = job["metadata"]
-        template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
-        pod_meta = template.get("metadata") or {}
-        pod = {
-            "metadata": {
-                "generateName": f"{meta['name']}-",
-                "namespace": meta.get("namespace", ""),
-                "labels": pod_meta.get("labels") or {},
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
-                                     "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}],
-            },
-            "spec": template.get("spec") or {},
-        }
-        if pod_meta.get("annotations"):
-            pod["metadata"]["annotations"] = pod_meta["annotations"]
-        try:
-            created = await self.store.create(self.pods.kind, meta.get("namespace", ""), pod,
-                                              store_mod.WriteOptions(field_manager=MANAGER))
-        except errors.StatusError as e:
-            await self.recorder.event(COMPONENT, job, events.WARNING, "FailedCreate",
-                                      f"Error creating: {e.message}")
-            raise
-        await self.recorder.event(COMPONENT, job, events.NORMAL, "SuccessfulCreate",
-                                  f"Created pod: {created.object['metadata']['name']}")
-        return created.object
+        ref = podcontrol.controller_ref(job, api_version="batch/v1", kind="Job")
+        return await podcontrol.create(self.store, self.pods.kind, self.recorder, COMPONENT, job, ref,
+                                       manager=MANAGER)
 
     async def _delete_pod(self, job: Object, pod: Object) -> None:
-        pmeta = pod["metadata"]
-        try:
-            await self.store.delete(self.pods.kind, pmeta["namespace"], pmeta["name"],
-                                    store_mod.DeleteOptions(precondition_uid=pmeta["uid"]))
-        except errors.StatusError as e:
-            if e.code == 404:
-                return
-            raise
-        await self.recorder.event(COMPONENT, job, events.NORMAL, "SuccessfulDelete",
-                                  f"Deleted pod: {pmeta['name']}")
+        await podcontrol.delete(self.store, self.pods.kind, self.recorder, COMPONENT, job, pod)
 
     async def _write_status(self, job: Object, status: Object) -> None:
         updated = copy.deepcopy(job)

@@ -19,7 +19,7 @@ import orjson
 from socialweb_computer.api import errors, objects
 from socialweb_computer.apiserver import selectors
 from socialweb_computer.apiserver import store as store_mod
-from socialweb_computer.controllers import events, framework
+from socialweb_computer.controllers import events, framework, podcontrol
 
 Object = dict[str, Any]
 COMPONENT = "replicaset-controller"
@@ -52,9 +52,7 @@ def _selects(rs: Object, labels: dict[str, str]) -> bool:
 
 
 def owner_ref(rs: Object) -> Object:
-    meta = rs["metadata"]
-    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": meta["name"], "uid": meta["uid"],
-            "controller": True, "blockOwnerDeletion": True}
+    return podcontrol.controller_ref(rs, api_version="apps/v1", kind="ReplicaSet")
 
 
 def _adopt_ops(pod: Object, rs: Object) -> list[Object]:
@@ -143,42 +141,11 @@ class ReplicaSetController:
                 await self._delete_pod(rs, pod)
 
     async def _create_pod(self, rs: Object) -> None:
-        meta = rs["metadata"]
-        template = copy.deepcopy((rs.get("spec") or {}).get("template") or {})
-        pod_meta = template.get("metadata") or {}
-        pod = {
-            "metadata": {
-                "generateName": f"{meta['name']}-",
-                "namespace": meta.get("namespace", ""),
-                "labels": pod_meta.get("labels") or {},
-                "ownerReferences": [owner_ref(rs)],
-            },
-            "spec": template.get("spec") or {},
-        }
-        if pod_meta.get("annotations"):
-            pod["metadata"]["annotations"] = pod_meta["annotations"]
-        kind = self.pods.kind
-        try:
-            created = await self.store.create(kind, meta.get("namespace", ""), pod,
-                                              store_mod.WriteOptions(field_manager="kube-controller-manager"))
-        except errors.StatusError as e:
-            await self.recorder.event(COMPONENT, rs, events.WARNING, "FailedCreate",
-                                      f"Error creating: {e.message}")
-            raise
-        await self.recorder.event(COMPONENT, rs, events.NORMAL, "SuccessfulCreate",
-                                  f"Created pod: {created.object['metadata']['name']}")
+        await podcontrol.create(self.store, self.pods.kind, self.recorder, COMPONENT, rs, owner_ref(rs),
+                          manager="kube-controller-manager")
 
     async def _delete_pod(self, rs: Object, pod: Object) -> None:
-        pmeta = pod["metadata"]
-        try:
-            await self.store.delete(self.pods.kind, pmeta["namespace"], pmeta["name"],
-                                    store_mod.DeleteOptions(precondition_uid=pmeta["uid"]))
-        except errors.StatusError as e:
-            if e.code == 404:
-                return
-            raise
-        await self.recorder.event(COMPONENT, rs, events.NORMAL, "SuccessfulDelete",
-                                  f"Deleted pod: {pmeta['name']}")
+        await podcontrol.delete(self.store, self.pods.kind, self.recorder, COMPONENT, rs, pod)
 
     async def _update_status(self, rs: Object, pods: list[Object]) -> None:
         spec = rs.get("spec") or {}
