@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import re
 import secrets
-import string
 import uuid
 from typing import Any
 
@@ -37,10 +36,6 @@ def now() -> datetime.datetime:
 
 def rfc3339(t: datetime.datetime) -> str:
     return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def rfc3339_micro(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(value: str) -> datetime.datetime:
@@ -123,10 +118,3 @@ def label_value_errors(value: str) -> list[str]:
     if not _LABEL_VALUE.match(value):
         errors.append(_LV_MSG)
     return errors
-
-
-_RANDOM = string.ascii_lowercase + string.digits
-
-
-def random_suffix(n: int = 10) -> str:
-    return "".join(secrets.choice(_RANDOM) for _ in range(n))

@@ -120,10 +120,9 @@ class CrdController:
         crd = self.crds.get(name)
         if crd is None:
             return
-        spec = crd.get("spec") or {}
+        # Every served version shares one storage prefix, so the first row names it.
         for row in kind_rows(crd)[:1]:
             await self.store.delete_all_under(keys.kind_prefix(self.store.cluster, row))
-        del spec
         for _ in range(5):
             try:
                 current = await self.store.get(self.kind, "", name)

@@ -61,10 +61,6 @@ def _sub_kind(kind: kinds.KindInfo, sub: str) -> tuple[str, str, str]:
     return response or (kind.group, kind.version, kind.kind)
 
 
-def _visible(kind: kinds.KindInfo) -> bool:
-    return True
-
-
 def _resource_entry(kind: kinds.KindInfo) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "resource": kind.plural,
@@ -102,7 +98,7 @@ def aggregated(registry: Registry, *, core: bool) -> dict[str, Any]:
             resources = [
                 _resource_entry(k)
                 for k in registry.all()
-                if k.group == group and k.version == version and _visible(k)
+                if k.group == group and k.version == version
             ]
             versions.append(
                 {
@@ -170,7 +166,7 @@ def legacy_group(registry: Registry, group: str) -> dict[str, Any] | None:
 
 
 def legacy_resource_list(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
-    rows = [k for k in registry.all() if k.group == group and k.version == version and _visible(k)]
+    rows = [k for k in registry.all() if k.group == group and k.version == version]
     if not rows:
         return None
     resources: list[dict[str, Any]] = []

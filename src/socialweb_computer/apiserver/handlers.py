@@ -32,7 +32,6 @@ from socialweb_computer.apiserver import requests as req
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.apiserver.patching import PATCH_TYPES, patch_type
 from socialweb_computer.apiserver.patching import apply as ssa
-from socialweb_computer.auth import identity
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,6 @@ JSON = "application/json"
 BOOKMARK_INTERVAL = 60.0
 
 CLUSTER: web.AppKey[cluster_mod.LogicalCluster] = web.AppKey("cluster", cluster_mod.LogicalCluster)
-USER: str = "socialweb_user"
 
 
 def json_response(
@@ -69,15 +67,6 @@ def status_response(error: errors.StatusError) -> web.Response:
     if error.retry_after is not None:
         headers["Retry-After"] = str(error.retry_after)
     return json_response(error.to_status(), error.code, headers=headers)
-
-
-def success_status(kind: kinds.KindInfo, name: str, uid: str = "") -> dict[str, Any]:
-    details: dict[str, Any] = {"name": name, "kind": kind.plural}
-    if kind.group:
-        details["group"] = kind.group
-    if uid:
-        details["uid"] = uid
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
 
 
 # --------------------------------------------------------------------------- non-resource paths
@@ -554,4 +543,4 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
     raise errors.resource_not_found_message()
 
 
-__all__ = ["CLUSTER", "PATCH_TYPES", "dispatch", "identity"]
+__all__ = ["CLUSTER", "PATCH_TYPES", "dispatch"]

@@ -20,7 +20,3 @@ def collection_prefix(cluster: str, kind: kinds.KindInfo, namespace: str) -> str
 
 def object_key(cluster: str, kind: kinds.KindInfo, namespace: str, name: str) -> str:
     return f"{collection_prefix(cluster, kind, namespace)}{name}"
-
-
-def cluster_prefix(cluster: str) -> str:
-    return f"/{cluster}/"

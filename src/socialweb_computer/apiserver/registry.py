@@ -30,12 +30,6 @@ class Registry:
     def lookup(self, group: str, version: str, plural: str) -> kinds.KindInfo | None:
         return self._index.get((group, version, plural))
 
-    def by_kind(self, group: str, version: str, kind: str) -> kinds.KindInfo | None:
-        for info in self.all():
-            if info.group == group and info.version == version and info.kind == kind:
-                return info
-        return None
-
     def versions_of(self, group: str) -> list[str]:
         seen: list[str] = []
         for info in self.all():

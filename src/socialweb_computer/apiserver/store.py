@@ -13,7 +13,6 @@ from the revision of the last write when it reads.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import dataclasses
@@ -998,9 +997,3 @@ class Store:
         if old_matches:
             return WatchEvent("DELETED", self._finish(kind, new), revision)
         return None
-
-
-async def wait_closed(tasks: list[asyncio.Task[Any]]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)

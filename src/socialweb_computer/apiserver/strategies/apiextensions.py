@@ -58,8 +58,8 @@ class CrdStrategy(base.Strategy):
         if isinstance(names, dict) and names.get("kind"):
             names.setdefault("singular", names["kind"].lower())
             names.setdefault("listKind", f"{names['kind']}List")
-        conversion = spec.setdefault("conversion", {"strategy": "None"}) if isinstance(spec, dict) else None
-        del conversion
+        if isinstance(spec, dict):
+            spec.setdefault("conversion", {"strategy": "None"})
 
     @staticmethod
     def _status(obj: Object) -> Object:
