@@ -294,8 +294,6 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
         raise errors.resource_not_found_message()
     if rr.namespace and not kind.namespaced:
         raise errors.resource_not_found_message()
-    if not kind.namespaced and rr.namespace:
-        raise errors.resource_not_found_message()
     if kind.kind == "Binding" and kind.group == "":
         return await subresources.handle_binding_kind(request, cluster, rr)
     if kind.verbs == ("create",):
@@ -505,8 +503,6 @@ async def handle_watch(request: web.Request, kind: kinds.KindInfo, namespace: st
                 )
                 headers_sent = True
             await response.write(orjson.dumps({"type": event.type, "object": obj}) + b"\n")
-    except (ConnectionResetError, asyncio.CancelledError):
-        raise
     finally:
         if next_event is not None:
             next_event.cancel()
