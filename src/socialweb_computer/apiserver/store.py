@@ -704,34 +704,7 @@ class Store:
         reset = managedfields.reset_fields_for(options.subresource, kind.has_subresource("status"))
         for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self.backend.get(self.key(kind, namespace, name))
-            if kv is None:
-                obj = ssa.apply(
-                    None,
-                    applied,
-                    manager=options.field_manager,
-                    force=options.force,
-                    api_version=kind.api_version,
-                    now=now,
-                    schema=self.schema_of(kind),
-                    kind=kind.kind,
-                    name=name,
-                    reset_fields=reset,
-                )
-                objects.meta(obj)["name"] = name
-                try:
-                    result = await self.create(
-                        kind,
-                        namespace,
-                        obj,
-                        dataclasses.replace(options, field_manager="", field_validation="Ignore"),
-                    )
-                except StatusError as e:
-                    if e.reason == "AlreadyExists" and attempt < _UNCONDITIONAL_CAS_RETRIES - 1:
-                        continue
-                    raise
-                result.warnings = warnings
-                return result
-            old = self._finish(kind, decode(kv))
+            old = self._finish(kind, decode(kv)) if kv is not None else None
             new = ssa.apply(
                 copy.deepcopy(old),
                 applied,
@@ -744,6 +717,21 @@ class Store:
                 name=name,
                 reset_fields=reset,
             )
+            if kv is None or old is None:
+                objects.meta(new)["name"] = name
+                try:
+                    result = await self.create(
+                        kind,
+                        namespace,
+                        new,
+                        dataclasses.replace(options, field_manager="", field_validation="Ignore"),
+                    )
+                except StatusError as e:
+                    if e.reason == "AlreadyExists" and attempt < _UNCONDITIONAL_CAS_RETRIES - 1:
+                        continue
+                    raise
+                result.warnings = warnings
+                return result
             try:
                 result = await self._write_update(
                     kind, namespace, old, new, kv, dataclasses.replace(options, field_manager="")
