@@ -8,6 +8,7 @@ Every module that words a Go message uses these two, so they agree with each oth
 from __future__ import annotations
 
 import math
+from typing import Any
 
 _ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
             "\\": "\\\\", '"': '\\"'}
@@ -61,3 +62,48 @@ def format_float(value: float) -> str:
         mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
         return f"{sign}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
     return sign + fixed(digits, exp)
+
+
+def _json_float(value: float) -> str:
+    """encoding/json's float64: fixed notation unless the exponent is below -6 or at least 21."""
+    digits, exp = shortest_digits(value)
+    sign = "-" if value < 0 else ""
+    if exp < -6 or exp >= 21:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{sign}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp)}"
+    return sign + fixed(digits, exp)
+
+
+_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+                 "<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _json_string(value: str) -> str:
+    out = []
+    for ch in value:
+        if ch in _JSON_ESCAPES:
+            out.append(_JSON_ESCAPES[ch])
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def marshal_json(value: Any) -> str:
+    """encoding/json.Marshal of decoded JSON: sorted keys, no spaces, HTML-safe escapes."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _json_float(value)
+    if isinstance(value, str):
+        return _json_string(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_json_string(k)}:{marshal_json(value[k])}" for k in sorted(value)) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(marshal_json(v) for v in value) + "]"
+    raise TypeError(f"json: unsupported type: {type(value).__name__}")

@@ -627,49 +627,12 @@ def execute(template: str, data: Any, *, allow_missing_keys: bool = False) -> st
 go_float = gofmt.format_float
 
 
-def _go_json_float(value: float) -> str:
-    """encoding/json's float64: fixed notation unless the exponent is below -6 or at least 21."""
-    digits, exp = gofmt.shortest_digits(value)
-    sign = "-" if value < 0 else ""
-    if exp < -6 or exp >= 21:
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp)}"
-    return sign + gofmt.fixed(digits, exp)
-
-
-_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-                 "<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def _go_json_string(value: str) -> str:
-    out = []
-    for ch in value:
-        if ch in _JSON_ESCAPES:
-            out.append(_JSON_ESCAPES[ch])
-        elif ord(ch) < 0x20:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
 def go_json(value: Any) -> str:
-    """encoding/json.Marshal of decoded JSON: sorted keys, no spaces, HTML-safe escapes."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _go_json_float(value)
-    if isinstance(value, str):
-        return _go_json_string(value)
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{_go_json_string(k)}:{go_json(value[k])}" for k in sorted(value)) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(go_json(v) for v in value) + "]"
-    raise JSONPathError(f"json: unsupported type: {type(value).__name__}")
+    """encoding/json.Marshal of decoded JSON (what a jsonpath result that is a list or map prints)."""
+    try:
+        return gofmt.marshal_json(value)
+    except TypeError as e:
+        raise JSONPathError(str(e)) from None
 
 
 def _go_type(value: Any) -> str:

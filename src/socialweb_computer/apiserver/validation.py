@@ -65,10 +65,7 @@ def go_float(value: float) -> str:
     return repr(value)
 
 
-def go_json(value: Any) -> str:
-    """encoding/json.Marshal: sorted keys, no spaces, HTML characters escaped."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+go_json = gofmt.marshal_json
 
 
 def go_value(value: Any) -> str:
