@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from socialweb_computer import __version__
-from socialweb_computer.cli import apiserver
+from socialweb_computer.cli import apiserver, credential, gateway, internal
 
-COMMANDS = (apiserver,)
+COMMANDS = (apiserver, gateway, internal, credential)
 
 
 class CommandError(Exception):

@@ -1,0 +1,100 @@
+"""`socialweb-computer gateway`: run the whole host (admin plane, tenant clusters, HTTP API).
+
+It runs in the foreground until SIGTERM or SIGINT; the systemd user unit written by
+`install gateway` runs exactly this command. `--state-dir` and `--spec` fall back to
+$SOCIALWEB_GATEWAY_STATE_DIR and $SOCIALWEB_GATEWAY_SPEC so a unit's EnvironmentFile can
+carry them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import os
+import signal
+import sys
+
+from socialweb_computer.gateway import runtime
+from socialweb_computer.gateway import spec as spec_mod
+
+STATE_DIR_ENV = "SOCIALWEB_GATEWAY_STATE_DIR"
+SPEC_ENV = "SOCIALWEB_GATEWAY_SPEC"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "gateway",
+        help="run the gateway: admin plane, tenant clusters and the HTTP API, on loopback",
+        description="Run the gateway in the foreground: the admin plane (Cluster objects), one loopback "
+        "TLS listener per tenant cluster, and the HTTP API (/api/config, /healthz, /readyz). "
+        "It writes gateway.json (naming the admin kubeconfig) in the state directory once "
+        "everything listens. Every listener binds loopback; see docs/gateway.md.",
+    )
+    p.add_argument(
+        "--state-dir",
+        default=os.environ.get(STATE_DIR_ENV),
+        help=f"directory for the store, CAs and kubeconfigs (or ${STATE_DIR_ENV}); put it on real "
+        "disk, not a tmpfs",
+    )
+    p.add_argument(
+        "--spec",
+        default=os.environ.get(SPEC_ENV),
+        help=f"YAML gateway spec: clusters to ensure, listen ports, node defaults (or ${SPEC_ENV}); "
+        "without it, the defaults and no cluster",
+    )
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("SOCIALWEB_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from socialweb_computer.cli.main import CommandError
+
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not args.state_dir:
+        raise CommandError(
+            f"no state directory: pass --state-dir DIR (or set ${STATE_DIR_ENV}); it holds the "
+            "store, the CAs and the kubeconfigs, so put it on real disk"
+        )
+    try:
+        spec = spec_mod.load(args.spec)
+    except spec_mod.SpecError as e:
+        raise CommandError(str(e)) from None
+    try:
+        asyncio.run(_serve(runtime.Gateway(args.state_dir, spec)))
+    except runtime.StartError as e:
+        raise CommandError(str(e)) from None
+    except OSError as e:
+        raise CommandError(
+            f"the gateway cannot start: {e.strerror or e}"
+            f"{' (' + str(e.filename) + ')' if e.filename else ''}. Check that the state "
+            "directory is on a writable disk with free space (check-host tells)."
+        ) from None
+    return 0
+
+
+async def _serve(gateway: runtime.Gateway) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await gateway.start()
+        # Everything loaded at start lives as long as the process; see bench/README.md on gc.freeze.
+        gc.collect()
+        gc.freeze()
+        print(
+            f"socialweb-computer gateway: admin plane {gateway.admin_url}, API {gateway.api_url}", flush=True
+        )
+        print(f"gateway.json: {gateway.state.gateway_json}", flush=True)
+        print(f"admin kubeconfig: {gateway.state.admin_kubeconfig}", flush=True)
+        await stop.wait()
+    finally:
+        await gateway.close()

@@ -1,0 +1,20 @@
+"""The on-disk side of tenant clusters: the state directory's layout, each cluster's PKI,
+and minting scoped client certificates with a cluster's ClientCA.
+
+The gateway writes this layout; `internal tenantcredential` and `credential mint` read it
+without talking to a running gateway. It depends on `auth` only.
+"""
+
+from socialweb_computer.clusterprovider.credential import (
+    CredentialRefused,
+    TenantCredential,
+    mint_tenant_credential_for_cluster_as,
+    parse_go_duration,
+)
+
+__all__ = [
+    "CredentialRefused",
+    "TenantCredential",
+    "mint_tenant_credential_for_cluster_as",
+    "parse_go_duration",
+]

@@ -1,0 +1,200 @@
+"""Where a gateway keeps things in its state directory, and how a cluster's files appear.
+
+    <state>/gateway.json              what the running gateway is (adminKubeconfig, URLs, pid)
+    <state>/state.db                  the one SQLite store every logical cluster shares
+    <state>/admin.kubeconfig          system:admin on the admin plane (0600)
+    <state>/pki/                      the admin plane's CAs and certificates
+    <state>/clusters/<name>/          one tenant cluster:
+        cluster.json                  name, uid of its Cluster object, port, url
+        pki/                          its serving CA, ClientCA, serving and admin certificates
+        admin.kubeconfig              system:admin in system:masters on the tenant (0600)
+
+A cluster directory is prepared under a temporary name and renamed into place, so it
+either exists whole or not at all; leftovers of an interrupted preparation are removed
+at the next start. The gateway writes this layout and the credential tools read it, which
+is why it lives here rather than in the gateway package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+
+import orjson
+
+from socialweb_computer.auth import kubeconfig, pki
+
+GATEWAY_JSON = "gateway.json"
+ADMIN_KUBECONFIG = "admin.kubeconfig"
+DATABASE = "state.db"
+CLUSTERS = "clusters"
+CLUSTER_JSON = "cluster.json"
+_PREPARING = ".preparing-"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanePki:
+    """The certificate files of one logical cluster's listener."""
+
+    directory: str
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    @property
+    def serving_ca(self) -> str:
+        return self.path("serving-ca.crt")
+
+    @property
+    def client_ca(self) -> str:
+        return self.path("client-ca.crt")
+
+    @property
+    def client_ca_key(self) -> str:
+        return self.path("client-ca.key")
+
+    @property
+    def serving_cert(self) -> str:
+        return self.path("serving.crt")
+
+    @property
+    def serving_key(self) -> str:
+        return self.path("serving.key")
+
+    def ensure(self) -> None:
+        """Mint (once) the serving CA, ClientCA, serving certificate and admin client certificate."""
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        serving_ca = self._ensure_pair("serving-ca", lambda: pki.new_ca("socialweb-computer serving CA"))
+        client_ca = self._ensure_pair("client-ca", lambda: pki.new_ca("socialweb-computer client CA"))
+        self._ensure_pair("serving", lambda: pki.new_serving_cert(serving_ca))
+        self._ensure_pair(
+            "admin", lambda: pki.new_client_cert(client_ca, "system:admin", ("system:masters",))
+        )
+
+    def _ensure_pair(self, stem: str, mint: object) -> pki.KeyPair:
+        crt, key = self.path(f"{stem}.crt"), self.path(f"{stem}.key")
+        # The key is written first and the certificate last, so a certificate means a whole pair.
+        if os.path.exists(crt):
+            return pki.KeyPair.load(crt, key)
+        pair: pki.KeyPair = mint()  # type: ignore[operator]
+        pair.save(crt, key)
+        return pair
+
+    def write_admin_kubeconfig(self, path: str, *, context: str, server: str) -> None:
+        with (
+            open(self.serving_ca, "rb") as ca,
+            open(self.path("admin.crt"), "rb") as crt,
+            open(self.path("admin.key"), "rb") as key,
+        ):
+            kubeconfig.write(
+                path,
+                cluster=context,
+                server=server,
+                ca_pem=ca.read(),
+                user="system:admin",
+                cert_pem=crt.read(),
+                key_pem=key.read(),
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterRecord:
+    """`cluster.json`: what the credential tools need to know without asking the gateway."""
+
+    name: str
+    uid: str
+    port: int
+    url: str
+
+    def as_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+class StateLayout:
+    def __init__(self, state_dir: str) -> None:
+        self.root = os.path.abspath(state_dir)
+
+    @property
+    def gateway_json(self) -> str:
+        return os.path.join(self.root, GATEWAY_JSON)
+
+    @property
+    def admin_kubeconfig(self) -> str:
+        return os.path.join(self.root, ADMIN_KUBECONFIG)
+
+    @property
+    def database(self) -> str:
+        return os.path.join(self.root, DATABASE)
+
+    @property
+    def admin_pki(self) -> PlanePki:
+        return PlanePki(os.path.join(self.root, "pki"))
+
+    @property
+    def clusters_dir(self) -> str:
+        return os.path.join(self.root, CLUSTERS)
+
+    def cluster_dir(self, name: str) -> str:
+        return os.path.join(self.clusters_dir, name)
+
+    def cluster_pki(self, name: str) -> PlanePki:
+        return PlanePki(os.path.join(self.cluster_dir(name), "pki"))
+
+    def cluster_kubeconfig(self, name: str) -> str:
+        return os.path.join(self.cluster_dir(name), ADMIN_KUBECONFIG)
+
+    def read_cluster(self, name: str) -> ClusterRecord | None:
+        try:
+            with open(os.path.join(self.cluster_dir(name), CLUSTER_JSON), "rb") as f:
+                data = orjson.loads(f.read())
+        except FileNotFoundError:
+            return None
+        return ClusterRecord(name=data["name"], uid=data["uid"], port=int(data["port"]), url=data["url"])
+
+    def cluster_names(self) -> list[str]:
+        try:
+            entries = os.listdir(self.clusters_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(
+            e
+            for e in entries
+            if not e.startswith(".") and os.path.exists(os.path.join(self.clusters_dir, e, CLUSTER_JSON))
+        )
+
+    def create_cluster(self, record: ClusterRecord) -> None:
+        """Mint the cluster's PKI and kubeconfig in a scratch directory, then rename it into place."""
+        os.makedirs(self.clusters_dir, mode=0o700, exist_ok=True)
+        scratch = tempfile.mkdtemp(prefix=f"{_PREPARING}{record.name}-", dir=self.clusters_dir)
+        try:
+            plane = PlanePki(os.path.join(scratch, "pki"))
+            plane.ensure()
+            plane.write_admin_kubeconfig(
+                os.path.join(scratch, ADMIN_KUBECONFIG), context=record.name, server=record.url
+            )
+            pki.write_public(os.path.join(scratch, CLUSTER_JSON), orjson.dumps(record.as_json()))
+            os.rename(scratch, self.cluster_dir(record.name))
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+
+    def remove_cluster(self, name: str) -> None:
+        """Rename first, so a half-removed directory never looks like a cluster."""
+        target = self.cluster_dir(name)
+        if not os.path.exists(target):
+            return
+        doomed = tempfile.mkdtemp(prefix=f".removing-{name}-", dir=self.clusters_dir)
+        os.rename(target, os.path.join(doomed, name))
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def sweep_leftovers(self) -> None:
+        """Remove scratch directories an interrupted create or remove left behind."""
+        try:
+            entries = os.listdir(self.clusters_dir)
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if entry.startswith((_PREPARING, ".removing-")):
+                shutil.rmtree(os.path.join(self.clusters_dir, entry), ignore_errors=True)

@@ -1,0 +1,338 @@
+"""The Cluster controller: makes each `Cluster` of the admin plane a running tenant, or not.
+
+    created        → finalizer added → Initializing → port, CAs, listener → Ready (url, instance)
+    running: false → listener closed, data kept → Unavailable (reason Parked)
+    cannot come up → Unavailable with the reason (PortInUse, StateWriteFailed, NoFreePort),
+                     retried with back-off; other clusters are not affected
+    deleted        → Draining → listener closed → objects and files removed → finalizer removed
+
+One worker syncs one cluster at a time, so port allocation needs no lock. A cluster's port
+is recorded in its `cluster.json` and never changes while the cluster exists: it is in the
+runner's kubeconfig and in what its certificate was minted against.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import errno
+import logging
+import socket
+from typing import Any
+
+from socialweb_computer.api import errors
+from socialweb_computer.apiserver import kinds, store
+from socialweb_computer.apiserver.cluster import LogicalCluster
+from socialweb_computer.clusterprovider import layout
+from socialweb_computer.controllers import framework
+from socialweb_computer.gateway import resource, tenants
+from socialweb_computer.gateway import spec as spec_mod
+from socialweb_computer.storage import base as storage
+
+log = logging.getLogger(__name__)
+
+Object = dict[str, Any]
+
+
+RETRY_BASE = 0.2  # seconds before the first retry of a cluster that could not come up
+RETRY_MAX = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Backoff:
+    not_before: float
+    generation: int
+    attempts: int
+
+
+class ClusterUnavailable(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class ClusterController:
+    def __init__(
+        self,
+        admin: LogicalCluster,
+        kind: kinds.KindInfo,
+        state: layout.StateLayout,
+        backend: storage.Backend,
+        spec: spec_mod.GatewaySpec,
+        reserved_ports: set[int],
+    ) -> None:
+        self.admin = admin
+        self.kind = kind
+        self.state = state
+        self.backend = backend
+        self.spec = spec
+        self.tenants: dict[str, tenants.TenantPlane] = {}
+        self.queue = framework.WorkQueue(framework.Clock())
+        self._reserved = reserved_ports  # the gateway's own ports
+        self._ports = {
+            name: rec.port for name in state.cluster_names() if (rec := state.read_cluster(name)) is not None
+        }
+        self._unsynced: set[str] = set()
+        self._backoff: dict[str, _Backoff] = {}
+        self._worker: asyncio.Task[None] | None = None
+        admin.store.after_write.append(self._on_write)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        listed = await self.admin.store.list(self.kind, "", store.ListOptions())
+        names = {c["metadata"]["name"] for c in listed["items"]}
+        # Directories whose Cluster no longer exists (deleted while the gateway was down, finalizer
+        # forced off) are synced too, which removes them.
+        names.update(self._ports)
+        self._unsynced = set(names)
+        for name in sorted(names):
+            self.queue.add(name)
+        self._worker = asyncio.get_running_loop().create_task(
+            framework.run_worker("cluster-controller", self.queue, self.sync), name="cluster-controller"
+        )
+
+    async def close(self) -> None:
+        self.queue.shutdown()
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        await tenants.stop_all(list(self.tenants.values()))
+        self.tenants.clear()
+
+    @property
+    def synced(self) -> bool:
+        """Every cluster known at start has been through one sync (readiness)."""
+        return not self._unsynced
+
+    def _on_write(self, kind: kinds.KindInfo, event: str, new: Object | None, old: Object | None) -> None:
+        if kind.group == resource.GROUP and kind.plural == resource.PLURAL:
+            obj = new or old
+            assert obj is not None
+            self.queue.add(obj["metadata"]["name"])
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def sync(self, name: str) -> None:
+        try:
+            await self._sync(name)
+        finally:
+            self._unsynced.discard(name)
+
+    async def _sync(self, name: str) -> None:
+        try:
+            cluster = await self.admin.store.get(self.kind, "", name)
+        except errors.StatusError as e:
+            if e.code != 404:
+                raise
+            await self._teardown(name)
+            return
+        meta = cluster["metadata"]
+        if meta.get("deletionTimestamp"):
+            await self._drain(cluster)
+            return
+        if resource.FINALIZER not in meta.get("finalizers", []):
+            cluster = await self._add_finalizer(cluster)
+        if not cluster.get("spec", {}).get("running", True):
+            await self._park(cluster)
+            return
+        tenant = self.tenants.get(name)
+        if tenant is None:
+            await self._start_tenant(cluster)
+            return
+        await self._set_status(
+            cluster,
+            resource.READY,
+            "True",
+            "Serving",
+            f"the control plane answers at {tenant.record.url}",
+            nodes=tenant.node_count,
+        )
+
+    async def _start_tenant(self, cluster: Object) -> None:
+        """Bring the control plane up, or record why not and retry with back-off.
+
+        Our own status writes re-enqueue the cluster at once; the back-off record keeps those
+        syncs from retrying early, unless the spec changed (a new generation).
+        """
+        name, generation = cluster["metadata"]["name"], cluster["metadata"].get("generation", 1)
+        backoff = self._backoff.get(name)
+        if backoff is not None and backoff.generation == generation and self._now() < backoff.not_before:
+            return
+        if backoff is None:
+            cluster = await self._set_status(
+                cluster, resource.INITIALIZING, "False", "Starting", "the control plane is being brought up"
+            )
+        try:
+            tenant = await self._bring_up(cluster)
+        except ClusterUnavailable as e:
+            attempts = backoff.attempts + 1 if backoff is not None else 1
+            delay = min(RETRY_BASE * 2 ** (attempts - 1), RETRY_MAX)
+            self._backoff[name] = _Backoff(self._now() + delay, generation, attempts)
+            log.log(
+                logging.WARNING if attempts == 1 else logging.DEBUG,
+                "cluster %s is unavailable (retry in %.1fs): %s",
+                name,
+                delay,
+                e.message,
+            )
+            await self._set_status(cluster, resource.UNAVAILABLE, "False", e.reason, e.message)
+            self.queue.add_after(name, delay)
+            return
+        self._backoff.pop(name, None)
+        self.tenants[name] = tenant
+        instance = int(cluster.get("status", {}).get("instance", 0)) + 1
+        await self._set_status(
+            cluster,
+            resource.READY,
+            "True",
+            "Serving",
+            f"the control plane answers at {tenant.record.url}",
+            url=tenant.record.url,
+            instance=instance,
+            nodes=tenant.node_count,
+        )
+        log.info("cluster %s is Ready at %s (instance %d)", name, tenant.record.url, instance)
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    async def _bring_up(self, cluster: Object) -> tenants.TenantPlane:
+        name, uid = cluster["metadata"]["name"], cluster["metadata"]["uid"]
+        record = self.state.read_cluster(name)
+        if record is not None and record.uid != uid:
+            # Left by an earlier Cluster of the same name whose teardown never finished.
+            await self._remove_data(name)
+            record = None
+        if record is None:
+            await self._remove_data(name)
+            port = self._allocate_port(name)
+            host = f"[{self.spec.address}]" if ":" in self.spec.address else self.spec.address
+            record = layout.ClusterRecord(name=name, uid=uid, port=port, url=f"https://{host}:{port}")
+            try:
+                self.state.create_cluster(record)
+            except OSError as e:
+                raise ClusterUnavailable(
+                    "StateWriteFailed",
+                    f"cannot write the cluster's CAs and kubeconfig under "
+                    f"{self.state.clusters_dir}: {e.strerror}; free space or fix permissions there, the "
+                    "gateway retries",
+                ) from None
+            self._ports[name] = port
+        tenant = tenants.TenantPlane(
+            record, self.state.cluster_pki(name), self.backend, self.spec.address, self.queue.add
+        )
+        try:
+            await tenant.start()
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise ClusterUnavailable(
+                    "PortInUse",
+                    f"{self.spec.address}:{record.port} is held by another process; the cluster "
+                    "keeps its port because its URL and its runners' credentials name it: stop what holds "
+                    f"it (ss -ltnp 'sport = :{record.port}'), the gateway retries",
+                ) from None
+            raise ClusterUnavailable(
+                "ListenFailed", f"cannot listen on {record.url}: {e.strerror or e}"
+            ) from None
+        return tenant
+
+    def _allocate_port(self, name: str) -> int:
+        taken = set(self._ports.values()) | self._reserved
+        low, high = self.spec.cluster_ports
+        for port in range(low, high + 1):
+            if port not in taken and _bindable(self.spec.address, port):
+                return port
+        raise ClusterUnavailable(
+            "NoFreePort",
+            f"every port of listen.clusterPorts {low}-{high} is taken; widen the range in the "
+            "gateway spec, or delete clusters you no longer need",
+        )
+
+    async def _park(self, cluster: Object) -> None:
+        name = cluster["metadata"]["name"]
+        self._backoff.pop(name, None)
+        tenant = self.tenants.pop(name, None)
+        if tenant is not None:
+            await tenant.stop()
+            log.info("cluster %s parked", name)
+        await self._set_status(
+            cluster,
+            resource.UNAVAILABLE,
+            "False",
+            "Parked",
+            "spec.running is false: the control plane is parked and its data kept; set "
+            "spec.running to true to bring it back",
+        )
+
+    async def _drain(self, cluster: Object) -> None:
+        name = cluster["metadata"]["name"]
+        if resource.FINALIZER not in cluster["metadata"].get("finalizers", []):
+            return
+        cluster = await self._set_status(
+            cluster,
+            resource.DRAINING,
+            "False",
+            "Deleting",
+            "the cluster is being deleted: its listener closes and its data is removed",
+        )
+        await self._teardown(name)
+        finalizers = [f for f in cluster["metadata"]["finalizers"] if f != resource.FINALIZER]
+        await self._write(cluster, {"metadata": {**cluster["metadata"], "finalizers": finalizers}}, "")
+        log.info("cluster %s deleted", name)
+
+    async def _teardown(self, name: str) -> None:
+        self._backoff.pop(name, None)
+        tenant = self.tenants.pop(name, None)
+        if tenant is not None:
+            await tenant.stop()
+        await self._remove_data(name)
+
+    async def _remove_data(self, name: str) -> None:
+        """Objects first, then files: the directory is what says the cluster has data."""
+        await self.admin.store.delete_all_under(f"/{name}/")
+        self.state.remove_cluster(name)
+        self._ports.pop(name, None)
+
+    # ------------------------------------------------------------------ writes
+
+    async def _add_finalizer(self, cluster: Object) -> Object:
+        finalizers = [*cluster["metadata"].get("finalizers", []), resource.FINALIZER]
+        return await self._write(cluster, {"metadata": {**cluster["metadata"], "finalizers": finalizers}}, "")
+
+    async def _set_status(
+        self, cluster: Object, phase: str, ready: str, reason: str, message: str, **fields: Any
+    ) -> Object:
+        current = cluster.get("status", {})
+        status = {
+            **current,
+            **fields,
+            "phase": phase,
+            "observedGeneration": cluster["metadata"].get("generation", 1),
+            "conditions": [resource.ready_condition(cluster, ready, reason, message)],
+        }
+        if status == current:
+            return cluster
+        return await self._write(cluster, {"status": status}, "status")
+
+    async def _write(self, cluster: Object, change: Object, subresource: str) -> Object:
+        """Update against the resourceVersion read: a concurrent change fails with 409 and is resynced."""
+        updated = {**cluster, **change}
+        options = store.WriteOptions(field_manager=resource.FIELD_MANAGER, subresource=subresource)
+        result = await self.admin.store.update(self.kind, "", cluster["metadata"]["name"], updated, options)
+        return result.object
+
+
+def _bindable(address: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,173 @@
+"""The `Cluster` resource of the admin plane: `clusters.socialweb.computer/v1alpha1`.
+
+It is installed as a CustomResourceDefinition, so it gets everything the engine gives any
+kind (structural schema with defaults, a status subresource that alone writes status,
+printer columns, watch, server-side apply) with no code of its own. `ensure_definition`
+keeps the stored definition equal to this one at every gateway start.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+from socialweb_computer.api import errors
+from socialweb_computer.apiserver import kinds, store
+
+Object = dict[str, Any]
+
+GROUP = "socialweb.computer"
+VERSION = "v1alpha1"
+PLURAL = "clusters"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+FINALIZER = f"{GROUP}/teardown"
+FIELD_MANAGER = "socialweb-computer-gateway"
+
+INITIALIZING, READY, UNAVAILABLE, DRAINING = "Initializing", "Ready", "Unavailable", "Draining"
+PHASES = (INITIALIZING, READY, UNAVAILABLE, DRAINING)
+
+_NODE_SETTINGS = {
+    "vcpu": {"type": "integer", "minimum": 1, "description": "vCPUs of each node (default: the gateway's)"},
+    "memMiB": {"type": "integer", "minimum": 64, "description": "memory of each node in MiB"},
+    "rootfsMiB": {"type": "integer", "minimum": 64, "description": "root filesystem of each node in MiB"},
+    "releaseAfterSeconds": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "how long a node with no work is kept before it is released",
+    },
+}
+
+_CONDITION = {
+    "type": "object",
+    "required": ["type", "status"],
+    "properties": {
+        "type": {"type": "string"},
+        "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+        "reason": {"type": "string"},
+        "message": {"type": "string"},
+        "lastTransitionTime": {"type": "string", "format": "date-time"},
+        "observedGeneration": {"type": "integer", "format": "int64"},
+    },
+}
+
+_SCHEMA = {
+    "type": "object",
+    "description": "A tenant Kubernetes cluster: a control plane on its own loopback port, with nodes "
+    "rented when Pods need them.",
+    "properties": {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "default": {},
+            "properties": {
+                "running": {
+                    "type": "boolean",
+                    "default": True,
+                    "description": "false parks the control plane: its listener closes and its data is kept",
+                },
+                "nodes": {
+                    "type": "object",
+                    "properties": _NODE_SETTINGS,
+                    "description": "node settings for this cluster; unset fields take the "
+                    "gateway's nodeDefaults",
+                },
+            },
+        },
+        "status": {
+            "type": "object",
+            "properties": {
+                "phase": {"type": "string", "enum": list(PHASES)},
+                "url": {"type": "string", "description": "https://127.0.0.1:<port>, the tenant apiserver"},
+                "instance": {
+                    "type": "integer",
+                    "format": "int64",
+                    "description": "bumped each time the control plane is brought up",
+                },
+                "nodes": {"type": "integer", "format": "int32", "description": "Node objects in the cluster"},
+                "observedGeneration": {"type": "integer", "format": "int64"},
+                "conditions": {
+                    "type": "array",
+                    "items": _CONDITION,
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["type"],
+                },
+            },
+        },
+    },
+}
+
+DEFINITION: Object = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": CRD_NAME},
+    "spec": {
+        "group": GROUP,
+        "scope": "Cluster",
+        "names": {"plural": PLURAL, "singular": "cluster", "kind": "Cluster", "listKind": "ClusterList"},
+        "versions": [
+            {
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                "schema": {"openAPIV3Schema": _SCHEMA},
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                    {"name": "URL", "type": "string", "jsonPath": ".status.url"},
+                    {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+            }
+        ],
+    },
+}
+
+
+async def ensure_definition(admin: store.Store) -> kinds.KindInfo:
+    """Create or correct the CRD; returns the registry row of the Cluster kind."""
+    crd_kind = admin.registry.lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    assert crd_kind is not None
+    options = store.WriteOptions(field_manager=FIELD_MANAGER)
+    try:
+        current = await admin.get(crd_kind, "", CRD_NAME)
+    except errors.StatusError as e:
+        if e.code != 404:
+            raise
+        await admin.create(crd_kind, "", copy.deepcopy(DEFINITION), options)
+    else:
+        wanted = copy.deepcopy(DEFINITION)
+        if current.get("spec", {}).get("versions", [{}])[0].get("schema") != wanted["spec"]["versions"][0][
+            "schema"
+        ] or _columns(current) != _columns(wanted):
+            wanted["metadata"] = current["metadata"]
+            await admin.update(crd_kind, "", CRD_NAME, wanted, options)
+    kind = admin.registry.lookup(GROUP, VERSION, PLURAL)
+    assert kind is not None, "the Cluster CRD did not register"
+    return kind
+
+
+def _columns(crd: Object) -> Any:
+    return [v.get("additionalPrinterColumns") for v in crd.get("spec", {}).get("versions", [])]
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ready_condition(cluster: Object, status: str, reason: str, message: str) -> Object:
+    """The `Ready` condition, keeping lastTransitionTime while the status does not change."""
+    previous = next(
+        (c for c in cluster.get("status", {}).get("conditions", []) if c.get("type") == "Ready"), {}
+    )
+    since = previous.get("lastTransitionTime") if previous.get("status") == status else None
+    return {
+        "type": "Ready",
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since or now(),
+        "observedGeneration": cluster["metadata"].get("generation", 1),
+    }

@@ -1,0 +1,229 @@
+"""The gateway: the whole host in one process.
+
+    state.db  ──  one SQLite store shared by every logical cluster (key prefix per cluster)
+    admin plane (logical cluster `system:admin`, port listen.adminPort): the Cluster resource
+    tenant planes (one per Cluster, port from listen.clusterPorts): see controller.py
+    HTTP API (listen.apiPort): /api/config, /healthz, /readyz
+
+`Gateway.start()` brings these up in that order and writes `gateway.json` last, so a
+gateway.json naming this process means everything it names is listening. `close()` stops
+them in reverse order. Called by `socialweb-computer gateway` (cli/gateway.py) and tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import resource as rlimit
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from socialweb_computer import __version__
+from socialweb_computer.api import errors
+from socialweb_computer.apiserver import app as app_mod
+from socialweb_computer.apiserver import kinds, store
+from socialweb_computer.apiserver.cluster import LogicalCluster
+from socialweb_computer.auth import authn, pki
+from socialweb_computer.clusterprovider import layout
+from socialweb_computer.gateway import controller, httpapi, resource
+from socialweb_computer.gateway import spec as spec_mod
+from socialweb_computer.storage import sqlite
+
+log = logging.getLogger(__name__)
+
+ADMIN_PLANE = "system:admin"  # ':' cannot appear in a Cluster name, so no tenant prefix collides
+ADMIN_CONTEXT = "socialweb-admin"
+
+
+class StartError(Exception):
+    """The gateway cannot start; the message says what and how to fix it."""
+
+
+@contextlib.contextmanager
+def _listening(what: str, field: str, address: str, port: int) -> Iterator[None]:
+    try:
+        yield
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise StartError(
+                f"cannot listen on {address}:{port} for the {what}: the port is in use (another "
+                f"gateway?). Stop what holds it (ss -ltnp 'sport = :{port}') or choose another "
+                f"port with {field} in the gateway spec"
+            ) from None
+        raise StartError(f"cannot listen on {address}:{port} for the {what}: {e.strerror or e}") from None
+
+
+class Gateway:
+    def __init__(self, state_dir: str, spec: spec_mod.GatewaySpec) -> None:
+        self.state = layout.StateLayout(state_dir)
+        self.spec = spec
+        self.admin_url = ""
+        self.api_url = ""
+        self.started_at = ""
+        self._backend: sqlite.SqliteBackend | None = None
+        self._admin: LogicalCluster | None = None
+        self._kind: kinds.KindInfo | None = None
+        self._controller: controller.ClusterController | None = None
+        self._runners: list[web.AppRunner] = []
+
+    async def start(self) -> None:
+        os.makedirs(self.state.root, mode=0o700, exist_ok=True)
+        _raise_open_file_limit()
+        self.state.sweep_leftovers()
+        self._backend = await sqlite.SqliteBackend.open(
+            self.state.database,
+            history_limit=self.spec.history_limit,
+            compact_interval=self.spec.compact_interval,
+        )
+        self._admin = LogicalCluster(ADMIN_PLANE, self._backend)
+        await self._admin.start()
+        self._kind = await resource.ensure_definition(self._admin.store)
+        admin_port = await self._serve_admin_plane()
+        self._controller = controller.ClusterController(
+            self._admin,
+            self._kind,
+            self.state,
+            self._backend,
+            self.spec,
+            reserved_ports={admin_port, self.spec.api_port},
+        )
+        await self._controller.start()
+        await self._ensure_spec_clusters()
+        api = httpapi.build_app(self.config, self.pending)
+        with _listening("HTTP API", "listen.apiPort", self.spec.address, self.spec.api_port):
+            runner, api_port = await httpapi.serve(api, host=self.spec.address, port=self.spec.api_port)
+        self._runners.append(runner)
+        self.api_url = f"http://{_host(self.spec.address)}:{api_port}"
+        self.started_at = resource.now()
+        pki.write_public(self.state.gateway_json, orjson.dumps(self.summary(), option=orjson.OPT_INDENT_2))
+
+    async def close(self) -> None:
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+        if self._controller is not None:
+            await self._controller.close()
+        if self._admin is not None:
+            await self._admin.close()
+        if self._backend is not None:
+            await self._backend.close()
+
+    async def _serve_admin_plane(self) -> int:
+        assert self._admin is not None
+        plane = self.state.admin_pki
+        plane.ensure()
+        context = app_mod.server_ssl_context(plane.serving_cert, plane.serving_key, plane.client_ca)
+        authenticator = authn.ClientCertAuthenticator.from_pem_file(plane.client_ca)
+        with _listening("admin plane", "listen.adminPort", self.spec.address, self.spec.admin_port):
+            runner, port = await app_mod.serve(
+                app_mod.build_app(self._admin, authenticator=authenticator),
+                host=self.spec.address,
+                port=self.spec.admin_port,
+                ssl_context=context,
+            )
+        self._runners.append(runner)
+        self.admin_url = f"https://{_host(self.spec.address)}:{port}"
+        plane.write_admin_kubeconfig(
+            self.state.admin_kubeconfig, context=ADMIN_CONTEXT, server=self.admin_url
+        )
+        return port
+
+    async def _ensure_spec_clusters(self) -> None:
+        """Create the spec's clusters that do not exist; existing ones are left as they are."""
+        assert self._admin is not None and self._kind is not None
+        for wanted in self.spec.clusters:
+            body: dict[str, Any] = {
+                "apiVersion": f"{resource.GROUP}/{resource.VERSION}",
+                "kind": "Cluster",
+                "metadata": {"name": wanted.name},
+                "spec": {"running": wanted.running},
+            }
+            if wanted.nodes:
+                body["spec"]["nodes"] = dict(wanted.nodes)
+            try:
+                await self._admin.store.create(
+                    self._kind, "", body, store.WriteOptions(field_manager=resource.FIELD_MANAGER)
+                )
+                log.info("created cluster %s from the gateway spec", wanted.name)
+            except errors.StatusError as e:
+                if e.reason != "AlreadyExists":
+                    raise
+
+    # ------------------------------------------------------------------ what it tells
+
+    def summary(self) -> dict[str, Any]:
+        """gateway.json: written once everything listens."""
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "stateDir": self.state.root,
+            "apiURL": self.api_url,
+            "adminServer": self.admin_url,
+            "adminKubeconfig": self.state.admin_kubeconfig,
+            "startedAt": self.started_at,
+        }
+
+    async def config(self) -> dict[str, Any]:
+        """The /api/config document: gateway.json plus what changes while it runs."""
+        return {
+            **self.summary(),
+            "ready": not self.pending(),
+            "listen": {
+                "address": self.spec.address,
+                "apiPort": _port_of(self.api_url),
+                "adminPort": _port_of(self.admin_url),
+                "clusterPorts": "{}-{}".format(*self.spec.cluster_ports),
+            },
+            "storage": {"backend": "sqlite", "path": self.state.database},
+            "nodeDefaults": self.spec.node_defaults.as_json(),
+            "clusters": await self.clusters(),
+        }
+
+    async def clusters(self) -> list[dict[str, Any]]:
+        assert self._admin is not None and self._kind is not None
+        listed = await self._admin.store.list(self._kind, "", store.ListOptions())
+        rows = []
+        for item in listed["items"]:
+            status = item.get("status", {})
+            name = item["metadata"]["name"]
+            rows.append(
+                {
+                    "name": name,
+                    "phase": status.get("phase", ""),
+                    "url": status.get("url", ""),
+                    "running": item.get("spec", {}).get("running", True),
+                    "instance": status.get("instance", 0),
+                    "nodes": status.get("nodes", 0),
+                    "adminKubeconfig": self.state.cluster_kubeconfig(name),
+                }
+            )
+        return rows
+
+    def pending(self) -> list[str]:
+        if self._controller is None:
+            return ["admin plane starting"]
+        return [] if self._controller.synced else ["clusters: first reconcile not finished"]
+
+    @property
+    def tenants(self) -> dict[str, Any]:
+        return self._controller.tenants if self._controller is not None else {}
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def _port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1]) if url else 0
+
+
+def _raise_open_file_limit() -> None:
+    """A listener per cluster plus its connections: use the whole hard limit, as Go programs do."""
+    soft, hard = rlimit.getrlimit(rlimit.RLIMIT_NOFILE)
+    if soft < hard:
+        rlimit.setrlimit(rlimit.RLIMIT_NOFILE, (hard, hard))

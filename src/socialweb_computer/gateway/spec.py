@@ -1,0 +1,203 @@
+"""The gateway spec: the YAML file an operator passes with `--spec` (or $SOCIALWEB_GATEWAY_SPEC).
+
+It says which clusters must exist at start, where the gateway listens, and the defaults
+for nodes. Everything is optional; an empty file (or none) means the defaults below.
+Unknown keys are refused rather than ignored, so a typo never silently changes nothing.
+`docs/gateway.md` documents every field; `check-host` reads the same spec for its ports.
+
+Secrets never live here: they come from the environment (the systemd unit's
+EnvironmentFile), so the spec can be shown and versioned freely.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import yaml
+
+from socialweb_computer.apiserver import app as app_mod
+from socialweb_computer.storage import sqlite
+
+DEFAULT_ADDRESS = "127.0.0.1"
+DEFAULT_API_PORT = 8788
+DEFAULT_ADMIN_PORT = 6443
+DEFAULT_CLUSTER_PORTS = (6444, 7443)
+DEFAULT_HISTORY_LIMIT = sqlite.DEFAULT_HISTORY_LIMIT
+DEFAULT_COMPACT_INTERVAL = sqlite.DEFAULT_COMPACT_INTERVAL
+
+# A Cluster's name becomes a directory name, a key prefix and a kubeconfig context: a DNS label.
+CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class SpecError(ValueError):
+    """The spec cannot be used; the message names the field and how to fix it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeDefaults:
+    """What a node gets unless its Cluster says otherwise (the guest image's manifest values)."""
+
+    vcpu: int = 2
+    mem_mib: int = 2048
+    rootfs_mib: int = 8192
+    release_after_seconds: int = 120
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "vcpu": self.vcpu,
+            "memMiB": self.mem_mib,
+            "rootfsMiB": self.rootfs_mib,
+            "releaseAfterSeconds": self.release_after_seconds,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    running: bool = True
+    nodes: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewaySpec:
+    address: str = DEFAULT_ADDRESS
+    api_port: int = DEFAULT_API_PORT
+    admin_port: int = DEFAULT_ADMIN_PORT
+    cluster_ports: tuple[int, int] = DEFAULT_CLUSTER_PORTS
+    history_limit: int = DEFAULT_HISTORY_LIMIT
+    compact_interval: float = DEFAULT_COMPACT_INTERVAL
+    node_defaults: NodeDefaults = NodeDefaults()
+    clusters: tuple[ClusterSpec, ...] = ()
+
+
+_NODE_FIELDS = {
+    "vcpu": "vcpu",
+    "memMiB": "mem_mib",
+    "rootfsMiB": "rootfs_mib",
+    "releaseAfterSeconds": "release_after_seconds",
+}
+_TOP_FIELDS = ("listen", "storage", "nodeDefaults", "clusters")
+_LISTEN_FIELDS = ("address", "apiPort", "adminPort", "clusterPorts")
+_STORAGE_FIELDS = ("historyLimit", "compactInterval")
+_CLUSTER_FIELDS = ("name", "running", "nodes")
+
+
+def load(path: str | None) -> GatewaySpec:
+    """Read and check a spec file; no path means all defaults."""
+    if not path:
+        return GatewaySpec()
+    try:
+        with open(path, encoding="utf-8") as f:
+            document = yaml.safe_load(f)
+    except OSError as e:
+        raise SpecError(
+            f"cannot read the gateway spec {path}: {e.strerror}. Pass an existing file with "
+            "--spec (or $SOCIALWEB_GATEWAY_SPEC), or leave it out for the defaults."
+        ) from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"the gateway spec {path} is not valid YAML: {e}") from None
+    return parse(document, source=path)
+
+
+def parse(document: Any, *, source: str = "spec") -> GatewaySpec:
+    if document is None:
+        document = {}
+    root = _mapping(document, source, _TOP_FIELDS)
+    listen = _mapping(root.get("listen", {}), f"{source}: listen", _LISTEN_FIELDS)
+    storage = _mapping(root.get("storage", {}), f"{source}: storage", _STORAGE_FIELDS)
+    address = str(listen.get("address", DEFAULT_ADDRESS))
+    try:
+        app_mod.require_loopback(address)
+    except app_mod.LoopbackOnlyError as e:
+        raise SpecError(f"{source}: listen.address: {e}") from None
+    spec = GatewaySpec(
+        address=address,
+        api_port=_port(listen.get("apiPort", DEFAULT_API_PORT), f"{source}: listen.apiPort"),
+        admin_port=_port(listen.get("adminPort", DEFAULT_ADMIN_PORT), f"{source}: listen.adminPort"),
+        cluster_ports=_port_range(listen.get("clusterPorts"), f"{source}: listen.clusterPorts"),
+        history_limit=_int(
+            storage.get("historyLimit", DEFAULT_HISTORY_LIMIT), f"{source}: storage.historyLimit", minimum=100
+        ),
+        compact_interval=_number(
+            storage.get("compactInterval", DEFAULT_COMPACT_INTERVAL), f"{source}: storage.compactInterval"
+        ),
+        node_defaults=_node_defaults(root.get("nodeDefaults", {}), f"{source}: nodeDefaults"),
+        clusters=_clusters(root.get("clusters", []), f"{source}: clusters"),
+    )
+    return spec
+
+
+def _mapping(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected a mapping with the keys {', '.join(allowed)}")
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:
+        raise SpecError(f"{where}: unknown field {unknown[0]!r}; the known fields are {', '.join(allowed)}")
+    return value
+
+
+def _int(value: Any, where: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{where}: expected an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise SpecError(f"{where}: {value} is out of range; it must be {bound}")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise SpecError(f"{where}: expected a number of seconds (0 or more), got {value!r}")
+    return float(value)
+
+
+def _port(value: Any, where: str) -> int:
+    return _int(value, where, minimum=0, maximum=65535)
+
+
+def _port_range(value: Any, where: str) -> tuple[int, int]:
+    if value is None:
+        return DEFAULT_CLUSTER_PORTS
+    match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", str(value))
+    if not match:
+        raise SpecError(f'{where}: expected a range such as "6444-7443", got {value!r}')
+    low, high = int(match[1]), int(match[2])
+    if not 1 <= low <= high <= 65535:
+        raise SpecError(f"{where}: {value!r} is not a range of ports (1-65535, low to high)")
+    return low, high
+
+
+def _node_defaults(value: Any, where: str) -> NodeDefaults:
+    fields = _node_fields(value, where)
+    return NodeDefaults(**{_NODE_FIELDS[k]: v for k, v in fields.items()})
+
+
+def _node_fields(value: Any, where: str) -> dict[str, int]:
+    mapping = _mapping(value, where, tuple(_NODE_FIELDS))
+    return {key: _int(mapping[key], f"{where}.{key}", minimum=1) for key in mapping}
+
+
+def _clusters(value: Any, where: str) -> tuple[ClusterSpec, ...]:
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: expected a list such as [{{name: ci}}]")
+    seen: set[str] = set()
+    clusters = []
+    for index, item in enumerate(value):
+        here = f"{where}[{index}]"
+        entry = _mapping(item, here, _CLUSTER_FIELDS)
+        name = entry.get("name")
+        if not isinstance(name, str) or not CLUSTER_NAME.match(name):
+            raise SpecError(
+                f"{here}.name: {name!r} is not a cluster name: use lowercase letters, digits "
+                "and '-', starting and ending with a letter or digit, at most 63 characters"
+            )
+        if name in seen:
+            raise SpecError(f"{here}.name: cluster {name!r} is listed twice")
+        seen.add(name)
+        running = entry.get("running", True)
+        if not isinstance(running, bool):
+            raise SpecError(f"{here}.running: expected true or false, got {running!r}")
+        clusters.append(ClusterSpec(name, running, _node_fields(entry.get("nodes", {}), f"{here}.nodes")))
+    return tuple(clusters)
