@@ -17,7 +17,8 @@ import sys
 
 from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.apiserver.cluster import LogicalCluster
-from socialweb_computer.auth import authn, kubeconfig, pki
+from socialweb_computer.auth import authn
+from socialweb_computer.clusterprovider import layout
 from socialweb_computer.storage import sqlite
 
 DEFAULT_PORT = 6443
@@ -43,31 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(run=run)
 
 
-def ensure_pki(state_dir: str) -> dict[str, str]:
-    """Create (once) the serving CA, ClientCA, serving certificate and admin client certificate."""
-    pki_dir = os.path.join(state_dir, "pki")
-    os.makedirs(pki_dir, mode=0o700, exist_ok=True)
-    paths = {name: os.path.join(pki_dir, name) for name in (
-        "serving-ca.crt", "serving-ca.key", "client-ca.crt", "client-ca.key", "serving.crt", "serving.key",
-        "admin.crt", "admin.key")}
-    if not os.path.exists(paths["serving-ca.key"]):
-        pki.new_ca("socialweb-computer serving CA").save(paths["serving-ca.crt"], paths["serving-ca.key"])
-    if not os.path.exists(paths["client-ca.key"]):
-        pki.new_ca("socialweb-computer client CA").save(paths["client-ca.crt"], paths["client-ca.key"])
-    serving_ca = pki.KeyPair.load(paths["serving-ca.crt"], paths["serving-ca.key"])
-    client_ca = pki.KeyPair.load(paths["client-ca.crt"], paths["client-ca.key"])
-    if not os.path.exists(paths["serving.key"]):
-        pki.new_serving_cert(serving_ca).save(paths["serving.crt"], paths["serving.key"])
-    if not os.path.exists(paths["admin.key"]):
-        pki.new_client_cert(client_ca, "system:admin", ("system:masters",)).save(paths["admin.crt"],
-                                                                                  paths["admin.key"])
-    return paths
-
-
 async def serve(args: argparse.Namespace) -> None:
     state_dir = os.path.abspath(args.state_dir)
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    paths = ensure_pki(state_dir)
+    plane = layout.PlanePki(os.path.join(state_dir, "pki"))
+    plane.ensure()
     backend = await sqlite.SqliteBackend.open(os.path.join(state_dir, "state.db"),
                                               history_limit=args.history_limit,
                                               compact_interval=args.compact_interval)
@@ -77,17 +58,14 @@ async def serve(args: argparse.Namespace) -> None:
     # keeping it out of the cyclic collector's full passes removes 15-40 ms pauses (bench/README.md).
     gc.collect()
     gc.freeze()
-    context = app_mod.server_ssl_context(paths["serving.crt"], paths["serving.key"], paths["client-ca.crt"])
-    authenticator = authn.ClientCertAuthenticator.from_pem_file(paths["client-ca.crt"])
+    context = app_mod.server_ssl_context(plane.serving_cert, plane.serving_key, plane.client_ca)
+    authenticator = authn.ClientCertAuthenticator.from_pem_file(plane.client_ca)
     runner, port = await app_mod.serve(app_mod.build_app(cluster, authenticator=authenticator),
                                        host=args.host, port=args.port, ssl_context=context)
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"https://{host}:{port}"
     kubeconfig_path = os.path.join(state_dir, "admin.kubeconfig")
-    with open(paths["serving-ca.crt"], "rb") as ca, open(paths["admin.crt"], "rb") as crt, \
-            open(paths["admin.key"], "rb") as key:
-        kubeconfig.write(kubeconfig_path, cluster="socialweb-computer", server=url, ca_pem=ca.read(),
-                         user="system:admin", cert_pem=crt.read(), key_pem=key.read())
+    plane.write_admin_kubeconfig(kubeconfig_path, context="socialweb-computer", server=url)
     print(f"socialweb-computer apiserver serving {url}", flush=True)
     print(f"admin kubeconfig: {kubeconfig_path}", flush=True)
     print(f"try: kubectl --kubeconfig {kubeconfig_path} get namespaces", flush=True)
