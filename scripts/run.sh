@@ -1,15 +1,51 @@
 #!/usr/bin/env bash
-# The README's run command: install what is missing (scripts/bootstrap.sh), then serve one
-# Kubernetes API on loopback with its state (SQLite, CAs, admin kubeconfig) in ./state.
+# The README's run command: install what is missing (scripts/bootstrap.sh), then run the
+# gateway on the embedded default (SQLite) with cluster `ci` declared, state in ./state.
+# Once it is ready it prints the admin kubeconfig, the tenant URL and the seed page's next
+# commands; Ctrl-C stops it.
 #
-#   scripts/run.sh                       # https://127.0.0.1:6443, state in ./state
-#   scripts/run.sh --port 0              # any free port; the kubeconfig names it
-#   STATE_DIR=/var/tmp/kcp scripts/run.sh
-#
-# Extra arguments go to `socialweb-computer apiserver` (see its --help).
+#   scripts/run.sh                                   # examples/gateway-spec.yaml, ./state
+#   STATE_DIR=/var/tmp/kcp scripts/run.sh            # state on real disk elsewhere
+#   GATEWAY_SPEC=my-spec.yaml scripts/run.sh         # another spec (docs/gateway.md)
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
-bash scripts/bootstrap.sh
-echo "run.sh: kubectl 1.37 is at $REPO_ROOT/.tools/bin/kubectl" >&2
-exec "$REPO_ROOT/.venv/bin/socialweb-computer" apiserver --state-dir "${STATE_DIR:-$REPO_ROOT/state}" "$@"
+bash scripts/bootstrap.sh >&2
+STATE_DIR="$(realpath -m "${STATE_DIR:-$REPO_ROOT/state}")"
+GATEWAY_SPEC="$(realpath "${GATEWAY_SPEC:-$REPO_ROOT/examples/gateway-spec.yaml}")"
+KUBECTL="$REPO_ROOT/.tools/bin/kubectl"
+export PATH="$REPO_ROOT/.venv/bin:$REPO_ROOT/.tools/bin:$PATH"
+
+socialweb-computer gateway --state-dir "$STATE_DIR" --spec "$GATEWAY_SPEC" &
+gateway=$!
+trap 'kill -TERM "$gateway" 2>/dev/null || true; wait "$gateway"' INT TERM
+
+# Ready = gateway.json names this process and its /readyz says ok.
+api=""
+for _ in $(seq 1 300); do
+  if ! kill -0 "$gateway" 2>/dev/null; then wait "$gateway"; exit $?; fi
+  api="$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["apiURL"] if d["pid"]==int(sys.argv[2]) else "")' \
+        "$STATE_DIR/gateway.json" "$gateway" 2>/dev/null || true)"
+  if [ -n "$api" ] && curl -fsS "$api/readyz" >/dev/null 2>&1; then break; fi
+  sleep 0.1
+done
+admin="$STATE_DIR/admin.kubeconfig"
+url="$("$KUBECTL" --kubeconfig "$admin" get cluster ci -o jsonpath='{.status.url}' 2>/dev/null || true)"
+cat <<INFO
+
+gateway ready: $api/api/config
+admin kubeconfig: $admin
+tenant cluster ci: ${url:-"(not declared in $GATEWAY_SPEC)"}
+tenant admin kubeconfig: $STATE_DIR/clusters/ci/admin.kubeconfig
+
+next (docs/01-the-kcp-server.md):
+  kubectl --kubeconfig $admin get clusters
+  kubectl --kubeconfig $admin get cluster ci -o jsonpath='{.status.url}'
+  SOCIALWEB_TENANTCREDENTIAL_STATE_DIR=$STATE_DIR SOCIALWEB_TENANTCREDENTIAL_CLUSTER=ci \\
+  SOCIALWEB_TENANTCREDENTIAL_SERVER=$url \\
+  SOCIALWEB_TENANTCREDENTIAL_COMMON_NAME=gitlab-runner SOCIALWEB_TENANTCREDENTIAL_ORGANIZATIONS=gitlab-runner \\
+  SOCIALWEB_TENANTCREDENTIAL_OUT_DIR=$REPO_ROOT/tenant-ci SOCIALWEB_TENANTCREDENTIAL_VALID_FOR=720h \\
+  socialweb-computer internal tenantcredential
+(kubectl 1.37 and socialweb-computer are in $REPO_ROOT/.tools/bin and $REPO_ROOT/.venv/bin)
+INFO
+wait "$gateway"

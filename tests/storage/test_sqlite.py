@@ -267,3 +267,15 @@ async def test_wal_is_checkpointed_off_the_loop(tmp_path: Path, monkeypatch: pyt
         async with asyncio.timeout(5):
             while os.path.getsize(path) < before + 200 * 4096:
                 await asyncio.sleep(0.01)
+
+
+async def test_database_files_are_private(tmp_path) -> None:
+    path = tmp_path / "state.db"
+    backend = await sqlite.SqliteBackend.open(str(path))
+    try:
+        await backend.create("/k", b"v")
+        for name in ("state.db", "state.db-wal", "state.db-shm"):
+            if (tmp_path / name).exists():
+                assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+    finally:
+        await backend.close()

@@ -549,6 +549,10 @@ def _replayed_event(row: tuple[int, str, int, int, int, int, bytes, bytes | None
 
 
 def _connect(path: str) -> sqlite3.Connection:
+    if path not in ("", ":memory:"):
+        # The store holds every cluster's Secrets: create it private; SQLite gives its -wal and
+        # -shm files the database file's mode.
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
     # isolation_level=None: autocommit, with explicit BEGIN where a batch needs one.
     db = sqlite3.connect(path, isolation_level=None, cached_statements=64)
     try:
