@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from socialweb_computer import __version__
-from socialweb_computer.cli import apiserver, credential, gateway, internal
+from socialweb_computer.cli import apiserver, checkhost, credential, gateway, internal
 
-COMMANDS = (apiserver, gateway, internal, credential)
+COMMANDS = (apiserver, gateway, internal, credential, checkhost)
 
 
 class CommandError(Exception):

@@ -61,6 +61,7 @@ _SCHEMA = {
         "metadata": {"type": "object"},
         "spec": {
             "type": "object",
+            "description": "What the cluster should be: running or parked, and how its nodes are sized.",
             "default": {},
             "properties": {
                 "running": {
@@ -78,6 +79,7 @@ _SCHEMA = {
         },
         "status": {
             "type": "object",
+            "description": "What the gateway observed; written only through the status subresource.",
             "properties": {
                 "phase": {"type": "string", "enum": list(PHASES)},
                 "url": {"type": "string", "description": "https://127.0.0.1:<port>, the tenant apiserver"},
