@@ -13,8 +13,13 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 
-# Debian packages the tests use (openssl/curl for ad-hoc TLS checks in tests and scripts).
-APT_PACKAGES=(openssl curl ca-certificates)
+# Debian packages the project and its tests use:
+#   openssl, curl, ca-certificates  TLS checks in tests and scripts
+#   binutils                        objdump/strip for scripts/build-binary.sh (PyInstaller)
+#   openssh-server                  the real sshd tests/hostops runs scripts/deploy.sh against
+#   systemd                         systemd-analyze, which verifies the gateway's user unit
+#   e2fsprogs                       mkfs.ext4, which check-host looks for (node root filesystems)
+APT_PACKAGES=(openssl curl ca-certificates binutils openssh-server systemd e2fsprogs)
 VENV="$REPO_ROOT/.venv"
 STAMP="$VENV/.bootstrap-stamp"
 

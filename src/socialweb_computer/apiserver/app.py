@@ -121,6 +121,11 @@ async def _dispatch(request: web.Request) -> web.StreamResponse:
     return await handlers.dispatch(request)
 
 
+async def _end_watches(app: web.Application) -> None:
+    for task in list(app[handlers.WATCHES]):
+        task.cancel()
+
+
 def build_app(cluster: LogicalCluster, *, authenticator: authn.ClientCertAuthenticator) -> web.Application:
     """The app serving `cluster`; `authenticator` holds the ClientCA this listener accepts."""
     app = web.Application(
@@ -129,6 +134,8 @@ def build_app(cluster: LogicalCluster, *, authenticator: authn.ClientCertAuthent
     )
     app[handlers.CLUSTER] = cluster
     app[AUTHENTICATOR] = authenticator
+    app[handlers.WATCHES] = set()
+    app.on_shutdown.append(_end_watches)
     app.router.add_route("*", "/{tail:.*}", _dispatch)
     return app
 
@@ -148,7 +155,11 @@ async def serve(
     # SO_REUSEADDR only lets a restarted server bind over connections still closing (Linux
     # refuses a second listener regardless), so a restart gets its port back at once.
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True, backlog=512)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     server = site._server  # aiohttp exposes the bound sockets only here
     assert server is not None
     bound = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]

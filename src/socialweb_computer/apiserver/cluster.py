@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import crds, namespaces, registry, store
+from socialweb_computer.apiserver import admission, crds, namespaces, registry, store
 from socialweb_computer.auth import policy
 from socialweb_computer.storage import base as storage
 
@@ -32,6 +32,7 @@ class LogicalCluster:
         self.store = store.Store(name, backend, self.registry)
         self.crds = crds.CrdController(self.store)
         self.auth = policy.ClusterPolicy(self.store)
+        self.priority = admission.PriorityAdmission(self.store)
         self.namespaces = namespaces.NamespaceController(self.store)
         from socialweb_computer.controllers import manager as controllers
 
@@ -42,6 +43,7 @@ class LogicalCluster:
     async def start(self) -> None:
         await self.crds.start()
         await self.auth.start()
+        await self.priority.start()
         await self._ensure_namespaces()
         await self.namespaces.start()
         await self.controllers.start()

@@ -40,6 +40,9 @@ JSON = "application/json"
 BOOKMARK_INTERVAL = 60.0
 
 CLUSTER: web.AppKey[cluster_mod.LogicalCluster] = web.AppKey("cluster", cluster_mod.LogicalCluster)
+# Watch handlers in flight: a closing listener ends them at once instead of waiting out its
+# shutdown timeout for an idle watch to notice (app.build_app's on_shutdown).
+WATCHES: web.AppKey[set[asyncio.Task[object]]] = web.AppKey("watches", set)
 
 
 def json_response(
@@ -399,6 +402,18 @@ async def handle_subresource(
 
 
 async def handle_watch(request: web.Request, kind: kinds.KindInfo, namespace: str) -> web.StreamResponse:
+    task = asyncio.current_task()
+    watches = request.app.get(WATCHES)
+    if task is None or watches is None:
+        return await _watch(request, kind, namespace)
+    watches.add(task)
+    try:
+        return await _watch(request, kind, namespace)
+    finally:
+        watches.discard(task)
+
+
+async def _watch(request: web.Request, kind: kinds.KindInfo, namespace: str) -> web.StreamResponse:
     store = _cluster(request).store
     options = req.list_options(request)
     bookmarks = req.query_flag(request, "allowWatchBookmarks")

@@ -171,6 +171,8 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     ),
     _builtin("", "v1", "Node", "nodes", namespaced=False, short=("no",), subresources=("status", "proxy")),
     _builtin("", "v1", "Endpoints", "endpoints", short=("ep",)),
+    _builtin("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices",
+             definition="io.k8s.api.discovery.v1.EndpointSlice"),
     _builtin("", "v1", "LimitRange", "limitranges", short=("limits",)),
     _builtin("", "v1", "ResourceQuota", "resourcequotas", short=("quota",), subresources=("status",)),
     _builtin("events.k8s.io", "v1", "Event", "events", short=("ev",)),

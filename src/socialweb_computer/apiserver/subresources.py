@@ -1,4 +1,5 @@
-"""Subresources with their own shape: scale (autoscaling/v1 Scale) and binding.
+"""Subresources with their own shape: scale (autoscaling/v1 Scale), binding and eviction
+(`eviction.py`).
 
 Status is handled generically by the handlers; streaming subresources (log, exec,
 attach) arrive with the node agent.
@@ -11,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import kinds, schemas
+from socialweb_computer.apiserver import eviction, kinds, schemas
 from socialweb_computer.apiserver import requests as req
 from socialweb_computer.apiserver import store as store_mod
 
@@ -186,4 +187,4 @@ async def handle_binding_kind(
     )
 
 
-HANDLERS = {"scale": handle_scale, "binding": handle_binding}
+HANDLERS = {"scale": handle_scale, "binding": handle_binding, "eviction": eviction.handle_eviction}

@@ -19,6 +19,7 @@ from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn
 from socialweb_computer.clusterprovider import layout
+from socialweb_computer.controllers import endpoints
 from socialweb_computer.storage import sqlite
 
 DEFAULT_PORT = 6443
@@ -62,6 +63,8 @@ async def serve(args: argparse.Namespace) -> None:
     authenticator = authn.ClientCertAuthenticator.from_pem_file(plane.client_ca)
     runner, port = await app_mod.serve(app_mod.build_app(cluster, authenticator=authenticator),
                                        host=args.host, port=args.port, ssl_context=context)
+    await endpoints.publish_apiserver(cluster.store, "127.0.0.1" if args.host == "localhost" else args.host,
+                                      port)
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"https://{host}:{port}"
     kubeconfig_path = os.path.join(state_dir, "admin.kubeconfig")

@@ -6,9 +6,18 @@ import argparse
 import sys
 
 from socialweb_computer import __version__
-from socialweb_computer.cli import apiserver, checkhost, credential, gateway, internal
+from socialweb_computer.cli import (
+    apiserver,
+    checkhost,
+    credential,
+    gateway,
+    install,
+    internal,
+    upgrade,
+    version,
+)
 
-COMMANDS = (apiserver, gateway, internal, credential, checkhost)
+COMMANDS = (apiserver, version, gateway, internal, credential, checkhost, install, upgrade)
 
 
 class CommandError(Exception):

@@ -12,8 +12,22 @@ import asyncio
 import logging
 from typing import Any
 
+from socialweb_computer.apiserver import serviceips
 from socialweb_computer.apiserver import store as store_mod
-from socialweb_computer.controllers import deployment, events, framework, gc, job, replicaset
+from socialweb_computer.controllers import (
+    daemonset,
+    deployment,
+    disruption,
+    endpoints,
+    events,
+    framework,
+    gc,
+    job,
+    nodelifecycle,
+    replicaset,
+    scheduler,
+    statefulset,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +42,17 @@ class Manager:
         self.replicasets = replicaset.ReplicaSetController(store, self.informers, self.clock, self.recorder)
         self.deployments = deployment.DeploymentController(store, self.informers, self.clock, self.recorder)
         self.jobs = job.JobController(store, self.informers, self.clock, self.recorder)
+        self.statefulsets = statefulset.StatefulSetController(store, self.informers, self.clock,
+                                                              self.recorder)
+        self.daemonsets = daemonset.DaemonSetController(store, self.informers, self.clock, self.recorder)
+        self.nodelifecycle = nodelifecycle.NodeLifecycleController(store, self.informers, self.clock,
+                                                                   self.recorder)
+        self.scheduler = scheduler.Scheduler(store, self.informers, self.clock, self.recorder)
+        self.disruption = disruption.DisruptionController(store, self.informers, self.clock, self.recorder)
+        self.endpoints = endpoints.EndpointsController(store, self.informers, self.clock)
+        self.endpointslices = endpoints.EndpointSliceController(store, self.informers, self.clock)
+        # Not a controller but part of what a cluster runs: ClusterIP/NodePort allocation for Services.
+        self.service_ips = serviceips.Allocator(store)
         self._tasks: list[asyncio.Task[None]] = []
 
     def _workers(self) -> list[tuple[str, framework.WorkQueue, Any]]:
@@ -36,9 +61,17 @@ class Manager:
             ("replicaset-controller", self.replicasets.queue, self.replicasets.sync),
             ("deployment-controller", self.deployments.queue, self.deployments.sync),
             ("job-controller", self.jobs.queue, self.jobs.sync),
+            ("disruption-controller", self.disruption.queue, self.disruption.sync),
+            ("endpoints-controller", self.endpoints.queue, self.endpoints.sync),
+            ("endpointslice-controller", self.endpointslices.queue, self.endpointslices.sync),
+            ("statefulset-controller", self.statefulsets.queue, self.statefulsets.sync),
+            ("daemonset-controller", self.daemonsets.queue, self.daemonsets.sync),
+            ("node-lifecycle-controller", self.nodelifecycle.queue, self.nodelifecycle.sync),
+            ("default-scheduler", self.scheduler.queue, self.scheduler.sync),
         ]
 
     async def start(self) -> None:
+        await self.service_ips.start()
         await self.informers.start()
         await self.gc.start()
         loop = asyncio.get_running_loop()
@@ -48,6 +81,7 @@ class Manager:
     async def close(self) -> None:
         for _name, queue, _sync in self._workers():
             queue.shutdown()
+        self.nodelifecycle.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

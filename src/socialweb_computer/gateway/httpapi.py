@@ -61,7 +61,11 @@ async def serve(app: web.Application, *, host: str, port: int) -> tuple[web.AppR
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     server = site._server  # aiohttp exposes the bound sockets only here
     assert server is not None
     return runner, server.sockets[0].getsockname()[1]  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ from socialweb_computer.apiserver import kinds
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn
 from socialweb_computer.clusterprovider import layout
+from socialweb_computer.controllers import endpoints
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,11 @@ class TenantPlane:
             self._runner, _ = await app_mod.serve(
                 app, host=self._address, port=self.record.port, ssl_context=context
             )
+            # default/kubernetes points at this listener, as kube-apiserver's endpoint reconciler does.
+            ip = "127.0.0.1" if self._address == "localhost" else self._address
+            await endpoints.publish_apiserver(self.cluster.store, ip, self.record.port)
         except BaseException:
-            await self.cluster.close()
+            await self.stop()
             raise
 
     async def stop(self) -> None:

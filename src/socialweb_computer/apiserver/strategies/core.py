@@ -93,6 +93,26 @@ def validate_pod_spec(spec: object, path: str) -> list[Cause]:
     return causes
 
 
+# DefaultTolerationSeconds admission: every pod tolerates a not-ready or unreachable node for
+# five minutes unless it says otherwise (the taint-eviction controller reads these).
+DEFAULT_TOLERATED_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+DEFAULT_TOLERATION_SECONDS = 300
+
+
+def default_tolerations(spec: dict) -> None:
+    tolerations = spec.get("tolerations")
+    if tolerations is not None and not isinstance(tolerations, list):
+        return
+    present = [t for t in tolerations or [] if isinstance(t, dict)]
+    missing = [key for key in DEFAULT_TOLERATED_TAINTS
+               if not any(t.get("key") in (key, "", None) and t.get("effect") in ("NoExecute", "", None)
+                          for t in present)]
+    if missing:
+        spec["tolerations"] = [*(tolerations or []), *(
+            {"key": key, "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": DEFAULT_TOLERATION_SECONDS} for key in missing)]
+
+
 class PodStrategy(base.Strategy):
     keep_status_on_create = True
 
@@ -103,6 +123,7 @@ class PodStrategy(base.Strategy):
             spec.setdefault("serviceAccountName", "default")
             spec.setdefault("serviceAccount", spec["serviceAccountName"])
             spec.setdefault("priority", 0)
+            default_tolerations(spec)
         status = {"phase": "Pending"}
         if isinstance(spec, dict):
             status["qosClass"] = qos_class(spec)
@@ -112,6 +133,7 @@ class PodStrategy(base.Strategy):
         spec = new.get("spec")
         if isinstance(spec, dict):
             default_pod_spec(spec)
+            default_tolerations(spec)
 
     def validate(self, obj: Object) -> list[Cause]:
         return validate_pod_spec(obj.get("spec"), "spec")
@@ -200,7 +222,9 @@ class ServiceStrategy(base.Strategy):
     def validate(self, obj: Object) -> list[Cause]:
         spec = obj.get("spec") or {}
         causes = []
-        if spec.get("type", "ClusterIP") != "ExternalName" and not spec.get("ports"):
+        # Headless Services may have no ports (DNS-only).
+        if spec.get("type", "ClusterIP") != "ExternalName" and not spec.get("ports") \
+                and spec.get("clusterIP") != "None":
             causes.append(base.required("spec.ports"))
         allowed = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"]
         if spec.get("type") and spec["type"] not in allowed:
@@ -298,6 +322,17 @@ class EventStrategy(base.Strategy):
 
 class NodeStrategy(base.Strategy):
     keep_status_on_create = True
+
+    def prepare_for_create(self, obj: Object) -> None:
+        # TaintNodesAtCreation admission: no pod lands on a node before the node lifecycle
+        # controller has seen it Ready (it removes this taint then).
+        spec = obj.setdefault("spec", {})
+        if not isinstance(spec, dict) or not isinstance(spec.get("taints", []), list):
+            return
+        taints = spec.get("taints") or []
+        if not any(isinstance(t, dict) and t.get("key") == "node.kubernetes.io/not-ready"
+                   and t.get("effect") == "NoSchedule" for t in taints):
+            spec["taints"] = [*taints, {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
 
 
 STRATEGIES: dict[tuple[str, str], base.Strategy] = {

@@ -1,0 +1,16 @@
+"""Host operations: installing the gateway as a systemd user service and upgrading it in place.
+
+`socialweb-computer install gateway` and `socialweb-computer upgrade` (cli/install.py,
+cli/upgrade.py) are thin wrappers around `install.install_gateway` and `upgrade.upgrade`;
+scripts/deploy.sh runs them over ssh.  docs/host-operations.md describes the layout under
+the service account's home and what each step does.
+
+Every failure an operator can fix is raised as `HostOpsError` with a message that says what
+is wrong and what to do; the CLI prints it as `error: ...` and exits 1.
+"""
+
+from __future__ import annotations
+
+
+class HostOpsError(Exception):
+    """An install or upgrade step failed; the message says why and what to do."""
