@@ -180,3 +180,19 @@ def test_restart_tops_up_the_defaults_but_respects_autoupdate_false(tmp_path: Pa
         )
     finally:
         server.stop()
+
+
+async def test_new_cluster_starts_with_the_aggregated_rules_the_controller_would_write() -> None:
+    from socialweb_computer.apiserver.cluster import LogicalCluster
+    from socialweb_computer.storage import memory
+
+    cluster = LogicalCluster("fresh", memory.MemoryBackend())
+    await cluster.start()
+    try:
+        roles = cluster.auth.index.cluster_roles
+        assert {"admin", "edit", "view"} <= {name for name, role in roles.items() if role.get("rules")}
+        assert await cluster.auth.aggregator.reconcile() == 0  # nothing left for aggregation to rewrite
+        assert {r["metadata"].get("managedFields", [{}])[0].get("manager") for r in roles.values()} == {
+            "kube-apiserver"}
+    finally:
+        await cluster.close()

@@ -17,48 +17,10 @@ from typing import Any
 import pytest
 
 from socialweb_computer import testing
+from socialweb_computer.testing import seed
 
-# Step 5 of the seed, verbatim.
-SEED_YAML = """\
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: gitlab-runner
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: gitlab-runner
-rules:
-  - apiGroups: [""]
-    resources: ["pods", "pods/exec", "pods/attach", "pods/log"]
-    verbs: ["create", "delete", "get", "list", "watch", "patch", "update"]
-  - apiGroups: [""]
-    resources: ["secrets", "configmaps", "services", "serviceaccounts", "events", "persistentvolumeclaims"]
-    verbs: ["create", "delete", "get", "list", "watch", "update"]
-  - apiGroups: ["apps"]
-    resources: ["deployments"]
-    verbs: ["create", "delete", "get", "list", "update"]
-  - apiGroups: ["policy"]
-    resources: ["poddisruptionbudgets"]
-    verbs: ["create", "delete", "get", "list", "update"]
-  - apiGroups: ["scheduling.k8s.io"]
-    resources: ["priorityclasses"]
-    verbs: ["get", "create"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: gitlab-runner
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: gitlab-runner
-subjects:
-  - kind: Group
-    name: gitlab-runner
-    apiGroup: rbac.authorization.k8s.io
-"""
+# Step 5 as the operator page (docs/01-the-kcp-server.md) has it.
+SEED_YAML = seed.runner_rbac_yaml()
 
 PODS = "/api/v1/namespaces/gitlab-runner/pods"
 POD = {

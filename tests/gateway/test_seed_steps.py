@@ -13,48 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from socialweb_computer.testing import seed
 from socialweb_computer.testing import server as server_mod
 
-RUNNER_RBAC = """\
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: gitlab-runner
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: gitlab-runner
-rules:
-  - apiGroups: [""]
-    resources: ["pods", "pods/exec", "pods/attach", "pods/log"]
-    verbs: ["create", "delete", "get", "list", "watch", "patch", "update"]
-  - apiGroups: [""]
-    resources: ["secrets", "configmaps", "services", "serviceaccounts", "events", "persistentvolumeclaims"]
-    verbs: ["create", "delete", "get", "list", "watch", "update"]
-  - apiGroups: ["apps"]
-    resources: ["deployments"]
-    verbs: ["create", "delete", "get", "list", "update"]
-  - apiGroups: ["policy"]
-    resources: ["poddisruptionbudgets"]
-    verbs: ["create", "delete", "get", "list", "update"]
-  - apiGroups: ["scheduling.k8s.io"]
-    resources: ["priorityclasses"]
-    verbs: ["get", "create"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: gitlab-runner
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: gitlab-runner
-subjects:
-  - kind: Group
-    name: gitlab-runner
-    apiGroup: rbac.authorization.k8s.io
-"""
+# Step 5 as the operator page (docs/01-the-kcp-server.md) has it.
+RUNNER_RBAC = seed.runner_rbac_yaml()
 
 
 def bash(script: str, gateway) -> subprocess.CompletedProcess[str]:

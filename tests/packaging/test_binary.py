@@ -19,6 +19,8 @@ import os
 import re
 import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,3 +252,47 @@ def test_apiserver_serves_kubectl_and_refuses_a_foreign_ca(binary: Path, outside
         assert warning not in logs
     assert status == 0, logs
     assert outside.extraction_dirs() == [], "SIGTERM left the unpacked copy in TMPDIR"
+
+
+def test_check_host_gateway_and_tenantcredential_from_outside_the_tree(
+        binary: Path, outside: Outside, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's proof: the three host commands, run by the binary alone with no virtualenv."""
+    from socialweb_computer.testing import gateway as gateway_mod
+
+    state = outside.cwd / "state"
+    state.mkdir(mode=0o700)
+    checked = outside.run(binary, "check-host", "-role", "gateway", "-state-dir", str(state), "-json")
+    assert checked.returncode in (0, 1), checked.stderr  # 1: this machine lacks QEMU or lingering
+    results = {r["name"]: r for r in json.loads(checked.stdout)}
+    assert results["state-dir-disk"]["ok"] and results["state-dir-writable"]["ok"]
+
+    outside.adopt(monkeypatch)
+    gateway = gateway_mod.GatewayProcess.start(state, {"clusters": [{"name": "ci"}]}, command=[str(binary)])
+    try:
+        url = gateway.wait_phase("ci", "Ready")["status"]["url"]
+        out_dir = outside.cwd / "tenant-ci"
+        minted = subprocess.run(
+            [str(binary), "internal", "tenantcredential"], cwd=outside.cwd, capture_output=True, text=True,
+            timeout=RUN_TIMEOUT, check=False, stdin=subprocess.DEVNULL,
+            env={**outside.env, **{f"SOCIALWEB_TENANTCREDENTIAL_{k}": v for k, v in {
+                "STATE_DIR": str(state), "CLUSTER": "ci", "SERVER": url, "COMMON_NAME": "gitlab-runner",
+                "ORGANIZATIONS": "gitlab-runner", "OUT_DIR": str(out_dir), "VALID_FOR": "720h"}.items()}})
+        assert minted.returncode == 0, minted.stderr
+        assert sorted(p.name for p in out_dir.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]
+        status, body = _get_as_url(url, out_dir, "/apis/authentication.k8s.io/v1/selfsubjectreviews")
+        assert status == 201 and body["status"]["userInfo"]["username"] == "gitlab-runner"
+    finally:
+        assert gateway.stop() == 0, gateway.logs()
+
+
+def _get_as_url(url: str, credential: Path, path: str) -> tuple[int, dict]:
+    context = ssl.create_default_context(cafile=str(credential / "ca.crt"))
+    context.load_cert_chain(str(credential / "tls.crt"), str(credential / "tls.key"))
+    body = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).encode()
+    request = urllib.request.Request(f"{url}{path}", method="POST", data=body,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())

@@ -32,5 +32,5 @@ def render(*, cluster: str, server: str, ca_pem: bytes, user: str, cert_pem: byt
     return yaml.safe_dump(config, sort_keys=False).encode()
 
 
-def write(path: str, **kwargs: object) -> None:
-    pki.write_private(path, render(**kwargs))  # type: ignore[arg-type]
+def write(path: str, *, sync: bool = True, **kwargs: object) -> None:
+    pki.write_private(path, render(**kwargs), sync=sync)  # type: ignore[arg-type]

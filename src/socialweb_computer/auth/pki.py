@@ -37,9 +37,9 @@ class KeyPair:
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
 
-    def save(self, cert_path: str, key_path: str) -> None:
-        write_private(key_path, self.key_pem)
-        write_public(cert_path, self.cert_pem)
+    def save(self, cert_path: str, key_path: str, *, sync: bool = True) -> None:
+        write_private(key_path, self.key_pem, sync=sync)
+        write_public(cert_path, self.cert_pem, sync=sync)
 
     @classmethod
     def load(cls, cert_path: str, key_path: str) -> KeyPair:
@@ -169,23 +169,28 @@ def new_client_cert(
     return _leaf(ca, _name(common_name, organizations), ExtendedKeyUsageOID.CLIENT_AUTH, validity=validity)
 
 
-def write_private(path: str, data: bytes) -> None:
-    """Write secret material at 0600 without a window where it is readable by others."""
+def write_private(path: str, data: bytes, *, sync: bool = True) -> None:
+    """Write secret material at 0600 without a window where it is readable by others.
+
+    `sync=False` leaves the fsync to a caller that syncs a whole directory of new files at once.
+    """
     tmp = f"{path}.tmp{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.fchmod(fd, 0o600)
         os.write(fd, data)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
 
 
-def write_public(path: str, data: bytes) -> None:
+def write_public(path: str, data: bytes, *, sync: bool = True) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.replace(tmp, path)

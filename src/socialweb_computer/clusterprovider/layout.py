@@ -17,6 +17,7 @@ is why it lives here rather than in the gateway package.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import shutil
@@ -32,6 +33,7 @@ DATABASE = "state.db"
 CLUSTERS = "clusters"
 CLUSTER_JSON = "cluster.json"
 _PREPARING = ".preparing-"
+_CA_NAME = "socialweb-computer"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,26 +65,26 @@ class PlanePki:
     def serving_key(self) -> str:
         return self.path("serving.key")
 
-    def ensure(self) -> None:
+    def ensure(self, *, sync: bool = True) -> None:
         """Mint (once) the serving CA, ClientCA, serving certificate and admin client certificate."""
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        serving_ca = self._ensure_pair("serving-ca", lambda: pki.new_ca("socialweb-computer serving CA"))
-        client_ca = self._ensure_pair("client-ca", lambda: pki.new_ca("socialweb-computer client CA"))
-        self._ensure_pair("serving", lambda: pki.new_serving_cert(serving_ca))
+        serving_ca = self._ensure_pair("serving-ca", lambda: pki.new_ca(f"{_CA_NAME} serving CA"), sync)
+        client_ca = self._ensure_pair("client-ca", lambda: pki.new_ca(f"{_CA_NAME} client CA"), sync)
+        self._ensure_pair("serving", lambda: pki.new_serving_cert(serving_ca), sync)
         self._ensure_pair(
-            "admin", lambda: pki.new_client_cert(client_ca, "system:admin", ("system:masters",))
+            "admin", lambda: pki.new_client_cert(client_ca, "system:admin", ("system:masters",)), sync
         )
 
-    def _ensure_pair(self, stem: str, mint: object) -> pki.KeyPair:
+    def _ensure_pair(self, stem: str, mint: object, sync: bool) -> pki.KeyPair:
         crt, key = self.path(f"{stem}.crt"), self.path(f"{stem}.key")
         # The key is written first and the certificate last, so a certificate means a whole pair.
         if os.path.exists(crt):
             return pki.KeyPair.load(crt, key)
         pair: pki.KeyPair = mint()  # type: ignore[operator]
-        pair.save(crt, key)
+        pair.save(crt, key, sync=sync)
         return pair
 
-    def write_admin_kubeconfig(self, path: str, *, context: str, server: str) -> None:
+    def write_admin_kubeconfig(self, path: str, *, context: str, server: str, sync: bool = True) -> None:
         with (
             open(self.serving_ca, "rb") as ca,
             open(self.path("admin.crt"), "rb") as crt,
@@ -90,6 +92,7 @@ class PlanePki:
         ):
             kubeconfig.write(
                 path,
+                sync=sync,
                 cluster=context,
                 server=server,
                 ca_pem=ca.read(),
@@ -170,12 +173,14 @@ class StateLayout:
         scratch = tempfile.mkdtemp(prefix=f"{_PREPARING}{record.name}-", dir=self.clusters_dir)
         try:
             plane = PlanePki(os.path.join(scratch, "pki"))
-            plane.ensure()
+            plane.ensure(sync=False)
             plane.write_admin_kubeconfig(
-                os.path.join(scratch, ADMIN_KUBECONFIG), context=record.name, server=record.url
+                os.path.join(scratch, ADMIN_KUBECONFIG), context=record.name, server=record.url, sync=False
             )
-            pki.write_public(os.path.join(scratch, CLUSTER_JSON), orjson.dumps(record.as_json()))
+            pki.write_public(os.path.join(scratch, CLUSTER_JSON), orjson.dumps(record.as_json()), sync=False)
+            _sync_tree(scratch)
             os.rename(scratch, self.cluster_dir(record.name))
+            _sync_path(self.clusters_dir)
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
@@ -198,3 +203,24 @@ class StateLayout:
         for entry in entries:
             if entry.startswith((_PREPARING, ".removing-")):
                 shutil.rmtree(os.path.join(self.clusters_dir, entry), ignore_errors=True)
+
+
+def _sync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(root: str) -> None:
+    """fsync every file and directory under `root` at once, before it is renamed into place.
+
+    Concurrent fsyncs on one filesystem share journal commits, so ten files cost about one
+    fsync instead of ten in a row (the bulk of a new cluster's start-up time otherwise).
+    """
+    paths = [root]
+    for directory, subdirs, files in os.walk(root):
+        paths.extend(os.path.join(directory, name) for name in (*subdirs, *files))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(paths)) as pool:
+        list(pool.map(_sync_path, paths))

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import gc
 import logging
 import socket
 from typing import Any
@@ -184,6 +185,9 @@ class ClusterController:
             return
         self._backoff.pop(name, None)
         self.tenants[name] = tenant
+        # A tenant's objects live as long as it does: keep them out of the cyclic collector's full
+        # passes, whose pauses grow with every cluster (bench/README.md, gateway_bench).
+        gc.freeze()
         instance = int(cluster.get("status", {}).get("instance", 0)) + 1
         await self._set_status(
             cluster,
@@ -214,7 +218,8 @@ class ClusterController:
             host = f"[{self.spec.address}]" if ":" in self.spec.address else self.spec.address
             record = layout.ClusterRecord(name=name, uid=uid, port=port, url=f"https://{host}:{port}")
             try:
-                self.state.create_cluster(record)
+                # In a thread: minting and syncing the files must not stall the other clusters.
+                await asyncio.to_thread(self.state.create_cluster, record)
             except OSError as e:
                 raise ClusterUnavailable(
                     "StateWriteFailed",

@@ -63,6 +63,14 @@ def with_free_ports(spec: Mapping[str, Any], cluster_ports: int = 20) -> dict[st
     return result
 
 
+def _parent_of(pid: object) -> int | None:
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:  # type: ignore[call-overload]
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, TypeError, IndexError):
+        return None
+
+
 class GatewayProcess(server_mod.ApiServerProcess):
     spec_path: Path
     api_url: str
@@ -114,7 +122,8 @@ class GatewayProcess(server_mod.ApiServerProcess):
             document = json.loads((self.state_dir / "gateway.json").read_text())
         except (OSError, ValueError) as exc:
             return f"gateway.json not usable yet: {exc!r}"
-        if document.get("pid") != self.pid:
+        if self.pid not in (document.get("pid"), _parent_of(document.get("pid"))):
+            # (The single-file binary's bootloader is our child; the gateway is its child.)
             return "gateway.json is from an earlier process"
         self.api_url = document["apiURL"]
         try:
