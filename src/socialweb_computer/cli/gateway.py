@@ -87,7 +87,7 @@ async def _serve(gateway: runtime.Gateway) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await gateway.start()
-        # Everything loaded at start lives as long as the process; see bench/README.md on gc.freeze.
+        # Everything loaded at start lives as long as the process: keep it out of the collector's full passes.
         gc.collect()
         gc.freeze()
         print(
