@@ -11,6 +11,7 @@ import os
 import pwd
 from collections.abc import Mapping
 
+from socialweb_computer import binary
 from socialweb_computer.gateway import spec as spec_mod
 
 ROLES = ("gateway", "node")
@@ -29,7 +30,8 @@ class Context:
     role: str
     state_dir: str
     spec: spec_mod.GatewaySpec = dataclasses.field(default_factory=spec_mod.GatewaySpec)
-    env: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
+    # The tools checked (QEMU, mkfs.ext4) must see the user's loader path, not the binary's bundle.
+    env: Mapping[str, str] = dataclasses.field(default_factory=binary.child_env)
     uid: int = dataclasses.field(default_factory=os.geteuid)
     proc: str = "/proc"
     linger_dir: str = dataclasses.field(default_factory=lambda: LINGER_DIR)
