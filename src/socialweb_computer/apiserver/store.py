@@ -760,6 +760,9 @@ class Store:
                 raise errors.conflict(
                     kind.plural, name, kind.group, "pod is being deleted, cannot be assigned to a host"
                 )
+            if (old.get("spec") or {}).get("schedulingGates"):
+                raise errors.conflict(kind.plural, name, kind.group,
+                                      f"pod {name} has non-empty .spec.schedulingGates")
             new = copy.deepcopy(old)
             new.setdefault("spec", {})["nodeName"] = node
             new.setdefault("status", {})["conditions"] = conditions

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from socialweb_computer.api import errors
+from socialweb_computer.api import errors, objects
 from socialweb_computer.apiserver import eviction, kinds, schemas
 from socialweb_computer.apiserver import requests as req
 from socialweb_computer.apiserver import store as store_mod
@@ -161,7 +161,7 @@ async def _bind(
             "type": "PodScheduled",
             "status": "True",
             "lastProbeTime": None,
-            "lastTransitionTime": obj["metadata"].get("creationTimestamp"),
+            "lastTransitionTime": objects.rfc3339(objects.now()),
         }
     )
     # Binding is the one write that may change a pod's spec (nodeName) and status together.
