@@ -68,6 +68,8 @@ class _Pool:
         return holder is None or (holder == who and who[1] != "")
 
     def reserve(self, value: Hashable, who: Owner) -> None:
+        if store_mod.ADMITTING_DRY_RUN.get():
+            return  # a dry run is told what it would get; it holds nothing
         self.reserved[value] = (who, self.clock())
 
     def own(self, who: Owner, values: set[Hashable]) -> None:

@@ -14,6 +14,7 @@ from the revision of the last write when it reads.
 from __future__ import annotations
 
 import base64
+import contextvars
 import copy
 import dataclasses
 import logging
@@ -46,6 +47,9 @@ Object = dict[str, Any]
 # Fields the server owns: a client's values are dropped on create and carried over on update.
 _SYSTEM_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
 _UNCONDITIONAL_CAS_RETRIES = 10
+# True while `before_write` hooks admit a dry-run write: they check, but must not hold anything
+# (an allocator's reservation) for a write that will never land.
+ADMITTING_DRY_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar("admitting_dry_run", default=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,9 +219,13 @@ class Store:
             except Exception:  # a broken hook must never fail an acknowledged write
                 log.exception("after-write hook failed for %s", kind.plural)
 
-    def _admit(self, kind: kinds.KindInfo, new: Object, old: Object | None) -> None:
-        for hook in self.before_write:
-            hook(kind, new, old)
+    def _admit(self, kind: kinds.KindInfo, new: Object, old: Object | None, options: WriteOptions) -> None:
+        token = ADMITTING_DRY_RUN.set(options.dry_run)
+        try:
+            for hook in self.before_write:
+                hook(kind, new, old)
+        finally:
+            ADMITTING_DRY_RUN.reset(token)
 
     async def _get_kv(self, kind: kinds.KindInfo, namespace: str, name: str) -> storage.KeyValue:
         kv = await self.backend.get(self.key(kind, namespace, name))
@@ -359,7 +367,7 @@ class Store:
             meta.pop("namespace", None)
         if meta.get("resourceVersion"):
             raise errors.bad_request("resourceVersion should not be set on objects to be created")
-        self._admit(kind, obj, None)
+        self._admit(kind, obj, None, options)
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = objects.generate_name(meta["generateName"])
         for field in _SYSTEM_META:
@@ -566,7 +574,7 @@ class Store:
                     kind.group,
                 )
         strategy = strategies.for_kind(kind.group, kind.kind)
-        self._admit(kind, new, old)
+        self._admit(kind, new, old, options)
         if not options.subresource:
             strategy.prepare_for_update(new, old)
         self._validate(kind, strategy, new, old)
