@@ -6,17 +6,20 @@ without one. For each pod whose `spec.schedulerName` is default-scheduler (or em
 that has no `spec.nodeName`, highest priority first:
 
 1. filter the nodes (`scheduling.predicates`: cordon, taints, nodeSelector and required node
-   affinity, host ports, cpu/memory/pods/extended resources against `status.allocatable`);
+   affinity, host ports, cpu/memory/pods/extended resources against `status.allocatable`,
+   required inter-pod affinity and anti-affinity from `scheduling.interpod`);
 2. score the rest (`scheduling.scoring`) and bind the pod to the best one through the
    store's binding write (what `pods/binding` does), with a `Scheduled` event;
 3. otherwise try preemption (`scheduling.preemption`): mark the chosen victims
    DisruptionTarget/PreemptionByScheduler, delete them, emit `Preempted` on each, and
    nominate the node in the pod's `status.nominatedNodeName`;
 4. write PodScheduled=False/Unschedulable with upstream's message and a `FailedScheduling`
-   event, and park the pod until a node is added or changes, or a bound pod goes away.
+   event, and park the pod until a node is added or changes, or a bound pod goes away (or,
+   for a pod held back by inter-pod terms, a pod it is attracted to is bound, a bound pod's
+   labels or a namespace's labels change).
 
-Everything is event-driven through the shared pod, node and PodDisruptionBudget informers:
-an idle cluster, even one with unschedulable pods, runs nothing. Started by
+Everything is event-driven through the shared pod, node, namespace and PodDisruptionBudget
+informers: an idle cluster, even one with unschedulable pods, runs nothing. Started by
 `controllers.manager.Manager`.
 """
 
@@ -29,7 +32,15 @@ from socialweb_computer.api import errors, objects
 from socialweb_computer.apiserver import kinds
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.controllers import events, framework
-from socialweb_computer.controllers.scheduling import cache, predicates, preemption, queue, scoring
+from socialweb_computer.controllers.scheduling import (
+    cache,
+    interpod,
+    podterms,
+    predicates,
+    preemption,
+    queue,
+    scoring,
+)
 
 Object = dict[str, Any]
 COMPONENT = "default-scheduler"
@@ -66,6 +77,10 @@ def _key(pod: Object) -> Hashable:
     return framework.key_of(pod)
 
 
+def _labels(pod: Object | None) -> dict[str, str] | None:
+    return ((pod or {}).get("metadata") or {}).get("labels")
+
+
 class Scheduler:
     def __init__(self, store: store_mod.Store, informers: framework.Informers, clock: framework.Clock,
                  recorder: events.Recorder) -> None:
@@ -77,9 +92,14 @@ class Scheduler:
         self.pods = informers.get("", "pods")
         self.nodes = informers.get("", "nodes")
         self.pdbs = informers.get("policy", "poddisruptionbudgets")
+        self.namespaces = informers.get("", "namespaces")  # labels, for namespaceSelector terms
         self.pods.handlers.append(self._on_pod)
         self.nodes.handlers.append(self._on_node)
+        self.namespaces.handlers.append(self._on_namespace)
         self._turn = 0  # rotates the choice among equally good nodes
+        # Parked pods that inter-pod terms held back, and what they are: a bound pod can
+        # satisfy their affinity without freeing anything, which `move_all` would not catch.
+        self._held: dict[Hashable, cache.PodInfo] = {}
 
     @property
     def _pods_kind(self) -> kinds.KindInfo:
@@ -95,6 +115,15 @@ class Scheduler:
         if event == "ADDED" or (event == "MODIFIED" and _node_view(new) != _node_view(old)):
             self.queue.move_all()
 
+    def _on_namespace(self, event: str, new: Object | None, old: Object | None) -> None:
+        labels = [((o or {}).get("metadata") or {}).get("labels") for o in (new, old)]
+        if self._held and (event != "MODIFIED" or labels[0] != labels[1]):
+            self.queue.move(list(self._held))
+
+    def _namespace_labels(self, name: str) -> dict[str, str]:
+        namespace = self.namespaces.get("", name)
+        return ((namespace or {}).get("metadata") or {}).get("labels") or {}
+
     def _on_pod(self, event: str, new: Object | None, old: Object | None) -> None:
         pod = new or old
         assert pod is not None
@@ -105,12 +134,29 @@ class Scheduler:
                                                and not self.cache.nomination_of(uid))
         if freed:
             self.queue.move_all()
+        if joined and self._held:
+            relabelled = left == joined and _labels(new) != _labels(old)
+            if relabelled or left != joined:  # not on status updates
+                self._wake_held(new, relabelled=relabelled)
         key = _key(pod)
         if event == "DELETED" or new is None or not ours(new):
             self.queue.delete(key)
+            self._held.pop(key, None)
             return
         if event == "ADDED" or _pod_view(new) != _pod_view(old):
             self.queue.add(key, cache.priority_of(new))
+
+    def _wake_held(self, bound: Object | None, *, relabelled: bool) -> None:
+        """A pod was bound (or a bound pod's labels changed): retry the held pods it may help,
+        i.e. those whose required affinity terms it matches all of (upstream's queueing hint)."""
+        if relabelled:  # may also lift an anti-affinity conflict
+            self.queue.move(list(self._held))
+            return
+        meta = (bound or {}).get("metadata") or {}
+        namespace, labels = meta.get("namespace", ""), meta.get("labels") or {}
+        self.queue.move([key for key, held in self._held.items()
+                         if held.terms is not None and podterms.matches_all(
+                             held.terms.affinity, namespace, labels, self._namespace_labels)])
 
     # ---------------------------------------------------------------- one attempt
 
@@ -124,6 +170,7 @@ class Scheduler:
             await self._set_unschedulable(pod, GATED, reason="SchedulingGated")
             return  # retried when an update removes the gates
         candidate = predicates.Candidate(pod)
+        candidate.interpod = interpod.prepare(candidate.info, self.cache, self._namespace_labels)
         nodes = self.cache.existing_nodes()
         if not nodes:
             await self._fail(key, pod, predicates.NO_NODES, None)
@@ -138,7 +185,18 @@ class Scheduler:
         post_filter, nominate = await self._preempt(candidate, rejections, len(nodes))
         if post_filter:
             message += f" {post_filter}"
+        self._note_held(key, candidate, rejections)
         await self._fail(key, pod, message, nominate)
+
+    def _note_held(self, key: Hashable, candidate: predicates.Candidate,
+                   rejections: dict[str, predicates.Rejection]) -> None:
+        """Remember a pod that its affinity terms or an anti-affinity conflict keep pending."""
+        terms = candidate.info.terms
+        if (terms is not None and terms.affinity) or any(
+                reason in interpod.REASONS for r in rejections.values() for reason in r.reasons):
+            self._held[key] = candidate.info
+        else:
+            self._held.pop(key, None)
 
     def _filter(self, candidate: predicates.Candidate, nodes: list[cache.NodeInfo]) -> tuple[
             list[cache.NodeInfo], dict[str, predicates.Rejection], str, str]:

@@ -3,7 +3,9 @@ to it, kept current pod by pod so a scheduling attempt never re-adds 3,000 pods'
 
 Fed by `controllers.scheduler` from the pod and node informers (synchronously, so a bind is
 counted before the next pod is scheduled). Also remembers which pending pods are nominated
-to a node after a preemption, so lower-priority pods do not take the room freed for them.
+to a node after a preemption, so lower-priority pods do not take the room freed for them,
+and which nodes hold pods with inter-pod (anti-)affinity terms, so `scheduling.interpod`
+looks at those few pods rather than at every pod when the pod being scheduled has none.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import collections
 import dataclasses
 from typing import Any
 
-from socialweb_computer.controllers.scheduling import resources
+from socialweb_computer.controllers.scheduling import podterms, resources
 
 Object = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
@@ -37,6 +39,7 @@ class PodInfo:
     started: str  # status.startTime or creationTimestamp: "earlier started" breaks preemption ties
     preempting: bool  # being deleted after the scheduler preempted it
     obj: Object
+    terms: podterms.PodTerms | None = None  # inter-pod (anti-)affinity
 
     @classmethod
     def of(cls, pod: Object) -> PodInfo:
@@ -47,7 +50,7 @@ class PodInfo:
         return cls(meta.get("uid", ""), meta.get("namespace", ""), meta["name"], priority_of(pod),
                    resources.pod_requests(spec), resources.nonzero_requests(spec), resources.host_ports(spec),
                    meta.get("labels") or {}, status.get("startTime") or meta.get("creationTimestamp", ""),
-                   preempting, pod)
+                   preempting, pod, podterms.of(pod))
 
 
 def priority_of(pod: Object) -> int:
@@ -94,6 +97,8 @@ class NodeInfo:
         self.nonzero_cpu = 0
         self.nonzero_memory = 0
         self.ports: collections.Counter[tuple[str, str, int]] = collections.Counter()
+        self.with_affinity: dict[str, PodInfo] = {}  # pods with any inter-pod term
+        self.with_required_anti: dict[str, PodInfo] = {}
 
     def set_node(self, node: Object | None) -> None:
         self.node = node
@@ -110,6 +115,10 @@ class NodeInfo:
         self.nonzero_cpu += info.nonzero[0]
         self.nonzero_memory += info.nonzero[1]
         self.ports.update(info.ports)
+        if info.terms is not None:
+            self.with_affinity[info.uid] = info
+            if info.terms.anti:
+                self.with_required_anti[info.uid] = info
 
     def remove(self, uid: str) -> PodInfo | None:
         info = self.pods.pop(uid, None)
@@ -118,6 +127,8 @@ class NodeInfo:
             self.nonzero_cpu -= info.nonzero[0]
             self.nonzero_memory -= info.nonzero[1]
             self.ports.subtract(info.ports)
+            self.with_affinity.pop(uid, None)
+            self.with_required_anti.pop(uid, None)
         return info
 
 
@@ -129,6 +140,8 @@ class ClusterCache:
         self._placed: dict[str, str] = {}  # pod uid -> node whose sums include it
         self.nominated: dict[str, dict[str, PodInfo]] = {}  # node -> uid -> pending pod
         self._nominations: dict[str, str] = {}  # pod uid -> nominated node
+        self.affinity_nodes: set[str] = set()  # nodes with a pod that has inter-pod terms
+        self.anti_nodes: set[str] = set()  # nodes with a pod that has required anti-affinity
 
     def info(self, name: str) -> NodeInfo:
         if name not in self.nodes:
@@ -154,14 +167,24 @@ class ClusterCache:
         was = self._placed.pop(uid, "")
         if was:
             self.nodes[was].remove(uid)
+            self._track_affinity(self.nodes[was])
             if self.nodes[was].node is None and not self.nodes[was].pods:
                 del self.nodes[was]
         now = occupies_node(pod) if pod is not None else ""
         if now:
             self.info(now).add(PodInfo.of(pod))  # type: ignore[arg-type]
+            self._track_affinity(self.nodes[now])
             self._placed[uid] = now
         self._nominate(pod, uid, now)
         return was, now
+
+    def _track_affinity(self, node: NodeInfo) -> None:
+        for names, pods in ((self.affinity_nodes, node.with_affinity),
+                            (self.anti_nodes, node.with_required_anti)):
+            if pods:
+                names.add(node.name)
+            else:
+                names.discard(node.name)
 
     def _nominate(self, pod: Object | None, uid: str, bound_to: str) -> None:
         old = self._nominations.pop(uid, "")

@@ -7,9 +7,10 @@ victims found for incoming pod.` People and tools grep for these words, so each 
 upstream's reason, a node is rejected by the first filter that fails (like the framework), and
 reasons are counted and sorted the same way.
 
-A rejection is "unresolvable" when removing pods from the node cannot help (taints, affinity,
-cordon); preemption only looks at the other nodes. Used by `controllers.scheduler` and
-`scheduling.preemption`.
+A rejection is "unresolvable" when removing pods from the node cannot help (taints, node
+affinity, cordon, required pod affinity); preemption only looks at the other nodes. The
+inter-pod (anti-)affinity filter itself is `scheduling.interpod`, run last as upstream does.
+Used by `controllers.scheduler` and `scheduling.preemption`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import dataclasses
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from socialweb_computer.controllers.scheduling import cache, resources
+from socialweb_computer.controllers.scheduling import cache, interpod, resources
 
 Object = dict[str, Any]
 
@@ -57,6 +58,9 @@ class Candidate:
         self.preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
         self.node_names = _node_name_restriction(self.required_terms)
         self.constrained = bool(self.node_selector) or self.required_terms is not None
+        # Set by the scheduler for each attempt (it needs the cluster): None when no pod,
+        # this one included, has inter-pod terms.
+        self.interpod: interpod.InterPod | None = None
 
     @property
     def priority(self) -> int:
@@ -211,12 +215,19 @@ def static_rejection(candidate: Candidate, node: cache.NodeInfo) -> Rejection | 
 
 def pod_rejection(candidate: Candidate, node: cache.NodeInfo, extra: list[cache.PodInfo],
                   removed: Iterable[cache.PodInfo] = ()) -> Rejection | None:
-    """The filters that depend on the pods on the node: NodePorts, then NodeResourcesFit."""
+    """The filters that depend on the pods on the node: NodePorts, NodeResourcesFit, then
+    InterPodAffinity."""
     removed = list(removed)
     if candidate.info.ports and not ports_free(candidate, node, extra, removed):
         return Rejection((PORTS,), False)
     reasons = insufficient(candidate.info.requests, node, extra, removed)
-    return Rejection(tuple(reasons), False) if reasons else None
+    if reasons:
+        return Rejection(tuple(reasons), False)
+    if candidate.interpod is not None:
+        reason = candidate.interpod.rejection(node, extra, removed)
+        if reason is not None:
+            return Rejection((reason,), reason == interpod.AFFINITY)
+    return None
 
 
 def filter_node(candidate: Candidate, node: cache.NodeInfo,

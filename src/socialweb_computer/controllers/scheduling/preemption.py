@@ -2,7 +2,8 @@
 
 Why: this is what lets GitLab Runner's pause pods (PriorityClass value -1) hold capacity
 until a job pod needs it. For every node where only pod-dependent filters failed, all
-lower-priority pods are removed in simulation; if the pod then fits, as many as possible are
+lower-priority pods are removed in simulation (which can also lift a pod anti-affinity
+conflict); if the pod then passes every pod-dependent filter, as many as possible are
 reprieved again, highest priority first, PodDisruptionBudget-protected ones before the rest.
 The node with the fewest PDB violations, then the lowest highest-victim priority, the lowest
 priority sum, the fewest victims and the latest-started victims wins.

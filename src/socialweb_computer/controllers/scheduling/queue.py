@@ -2,10 +2,11 @@
 
 Why: like the kube-scheduler's PriorityQueue, a pod that fits nowhere is not retried in a
 loop. It is parked until something that could change the answer happens (a node appears or
-changes, a bound pod goes away: `move_all`), then retried after its back-off (1 s doubling
-to 10 s since its last attempt). An idle cluster with unschedulable pods therefore has no
-timer and no runnable task. A cluster event seen while a pod was being tried sends it to
-back-off rather than to the parking lot, so that event is not missed.
+changes, a bound pod goes away: `move_all`; a pod it is attracted to is bound: `move`),
+then retried after its back-off (1 s doubling to 10 s since its last attempt). An idle
+cluster with unschedulable pods therefore has no timer and no runnable task. A cluster event
+seen while a pod was being tried sends it to back-off rather than to the parking lot, so that
+event is not missed.
 
 It offers the `framework.WorkQueue` interface (`get`, `done`, `add_rate_limited`, `forget`,
 `shutdown`, `idle`), so `framework.run_worker` and the `Manager` drive it like any other
@@ -19,7 +20,7 @@ import datetime
 import heapq
 import itertools
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 from socialweb_computer.controllers import framework
 
@@ -148,6 +149,17 @@ class SchedulingQueue:
         parked, self._parked = self._parked, set()
         for key in parked:
             self._backoff(key)
+
+    def move(self, keys: Iterable[Hashable]) -> None:
+        """Something changed that may make these pods schedulable (a pod they are attracted to
+        was bound): retry the parked ones after their back-off, and send any being tried now
+        to back-off rather than to the parking lot."""
+        for key in keys:
+            if key in self._parked:
+                self._parked.discard(key)
+                self._backoff(key)
+            elif key in self._processing:
+                self._moves_at_get[key] = -1
 
     def delete(self, key: Hashable) -> None:
         """The pod is bound, gone or no longer ours: forget everything about it."""

@@ -1,6 +1,7 @@
 """Ranking the nodes a pod fits on, with the default profile's score plugins and weights:
 NodeResourcesFit (least allocated, weight 1), NodeResourcesBalancedAllocation (1),
-TaintToleration (PreferNoSchedule taints, 3) and NodeAffinity (preferred terms, 2).
+TaintToleration (PreferNoSchedule taints, 3), NodeAffinity (preferred terms, 2) and
+InterPodAffinity (preferred pod (anti-)affinity terms, `scheduling.interpod`, 2).
 
 Why: least-allocated spreads pods over nodes as a real cluster does, so `kubectl get pods -o
 wide` looks familiar and one node does not fill while others idle. Upstream breaks ties at
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from socialweb_computer.controllers.scheduling import cache, predicates, resources
 
 MAX_SCORE = 100
-WEIGHTS = {"fit": 1, "balanced": 1, "taints": 3, "affinity": 2}
+WEIGHTS = {"fit": 1, "balanced": 1, "taints": 3, "affinity": 2, "interpod": 2}
 
 
 def _fraction_free(requested: int, allocatable: int) -> int:
@@ -76,6 +77,9 @@ def scores(candidate: predicates.Candidate, nodes: Sequence[cache.NodeInfo]) -> 
     if candidate.preferred:
         affinity = _normalize([_preferred_weight(candidate, n) for n in nodes], reverse=False)
         total = [s + WEIGHTS["affinity"] * a for s, a in zip(total, affinity, strict=True)]
+    pods = candidate.interpod.scores(nodes) if candidate.interpod is not None else None
+    if pods is not None:
+        total = [s + WEIGHTS["interpod"] * a for s, a in zip(total, pods, strict=True)]
     return total
 
 
