@@ -146,7 +146,7 @@ def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str) -> ss
 
 
 async def serve(
-    app: web.Application, *, host: str, port: int, ssl_context: ssl.SSLContext
+    app: web.Application, *, host: str, port: int, ssl_context: ssl.SSLContext | None
 ) -> tuple[web.AppRunner, int]:
     """Start a TLS listener; returns the runner and the bound port (useful with port 0)."""
     require_loopback(host)

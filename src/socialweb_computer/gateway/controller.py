@@ -144,14 +144,13 @@ class ClusterController:
         if tenant is None:
             await self._start_tenant(cluster)
             return
-        await self._set_status(
-            cluster,
-            resource.READY,
-            "True",
-            "Serving",
-            f"the control plane answers at {tenant.record.url}",
-            nodes=tenant.node_count,
-        )
+        await self._set_serving(cluster, tenant)
+
+    async def _set_serving(self, cluster: Object, tenant: tenants.TenantPlane, **fields: Any) -> Object:
+        url = tenant.record.url
+        return await self._set_status(cluster, resource.READY, "True", "Serving",
+                                      f"the control plane answers at {url}", url=url,
+                                      nodes=tenant.node_count, **fields)
 
     async def _start_tenant(self, cluster: Object) -> None:
         """Bring the control plane up, or record why not and retry with back-off.
@@ -189,16 +188,7 @@ class ClusterController:
         # passes, whose pauses grow with every cluster (bench/README.md, gateway_bench).
         gc.freeze()
         instance = int(cluster.get("status", {}).get("instance", 0)) + 1
-        await self._set_status(
-            cluster,
-            resource.READY,
-            "True",
-            "Serving",
-            f"the control plane answers at {tenant.record.url}",
-            url=tenant.record.url,
-            instance=instance,
-            nodes=tenant.node_count,
-        )
+        await self._set_serving(cluster, tenant, instance=instance)
         log.info("cluster %s is Ready at %s (instance %d)", name, tenant.record.url, instance)
 
     @staticmethod

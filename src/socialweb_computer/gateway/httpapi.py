@@ -57,15 +57,5 @@ async def _ready(request: web.Request) -> web.Response:
 
 
 async def serve(app: web.Application, *, host: str, port: int) -> tuple[web.AppRunner, int]:
-    app_mod.require_loopback(host)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    server = site._server  # aiohttp exposes the bound sockets only here
-    assert server is not None
-    return runner, server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    """Plain HTTP, loopback only (the same listener code as the API planes, without TLS)."""
+    return await app_mod.serve(app, host=host, port=port, ssl_context=None)
