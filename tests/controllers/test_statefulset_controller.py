@@ -12,7 +12,7 @@ import pytest
 
 from socialweb_computer.api import objects
 from socialweb_computer.apiserver import registry, store
-from socialweb_computer.controllers import framework, manager, statefulset
+from socialweb_computer.controllers import framework, history, manager
 from socialweb_computer.storage import memory
 
 W = store.WriteOptions(field_manager="test")
@@ -202,7 +202,7 @@ async def test_rolling_update_goes_from_highest_ordinal_down_to_partition(env: E
     status = (await env.sts())["status"]
     assert status["currentRevision"] == status["updateRevision"] == second
     assert status["currentReplicas"] == status["updatedReplicas"] == 3
-    assert [r["revision"] for r in statefulset.sort_revisions(await env.items(env.revisions))] == [1, 2]
+    assert [r["revision"] for r in history.sort_revisions(await env.items(env.revisions))] == [1, 2]
 
     # Back to the first template: its revision is reused and renumbered.
     await env.set_image("nginx:1")

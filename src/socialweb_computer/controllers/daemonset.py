@@ -26,7 +26,7 @@ from typing import Any
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import selectors
 from socialweb_computer.apiserver import store as store_mod
-from socialweb_computer.controllers import deployment, events, framework, podcontrol, statefulset
+from socialweb_computer.controllers import deployment, events, framework, history, ownership, podcontrol
 from socialweb_computer.controllers.scheduling import predicates
 
 Object = dict[str, Any]
@@ -52,7 +52,7 @@ HOST_NETWORK_TOLERATION = {"key": "node.kubernetes.io/network-unavailable", "ope
 _BACKOFF_INITIAL, _BACKOFF_MAX = 1.0, 900.0
 
 
-_labels = statefulset.labels_of
+_labels = ownership.labels_of
 
 
 # ---------------------------------------------------------------- pods and nodes
@@ -195,7 +195,7 @@ class DaemonSetController:
         if new is not None and framework.controller_of(new) is None and not new["metadata"].get(
                 "deletionTimestamp"):
             for ds in self.daemonsets.list(new["metadata"].get("namespace", "")):
-                selector = statefulset.selector_of(ds)
+                selector = ownership.selector_of(ds)
                 if selector is not None and not selector.empty and selector.matches(_labels(new)):
                     self.queue.add(framework.key_of(ds))
 
@@ -220,7 +220,7 @@ class DaemonSetController:
         ds = self.daemonsets.get(*key)
         if ds is None or ds["metadata"].get("deletionTimestamp"):
             return
-        selector = statefulset.selector_of(ds)
+        selector = ownership.selector_of(ds)
         if selector is None:
             return
         if selector.empty:
@@ -229,9 +229,9 @@ class DaemonSetController:
                                       "A non-empty selector is required.")
             return
         ref, namespace = owner_ref(ds), key[0]
-        await statefulset.claim(self.store, self.revisions.kind, self.revisions.list(namespace), ds, ref,
+        await ownership.claim(self.store, self.revisions.kind, self.revisions.list(namespace), ds, ref,
                                 lambda r: selector.matches(_labels(r)))
-        await statefulset.claim(self.store, self.pods.kind, self.pods.list(namespace), ds, ref,
+        await ownership.claim(self.store, self.pods.kind, self.pods.list(namespace), ds, ref,
                                 lambda p: selector.matches(_labels(p)))
         current, old = await self._construct_history(ds)
         hash_ = _labels(current).get(HASH_LABEL, "")
@@ -243,14 +243,14 @@ class DaemonSetController:
         await self._update_status(ds, nodes, hash_)
 
     def _owned(self, informer: framework.Informer, ds: Object) -> list[Object]:
-        selector = statefulset.selector_of(ds) or selectors.NOTHING
+        selector = ownership.selector_of(ds) or selectors.NOTHING
         return [o for o in framework.controlled_by(informer, ds) if selector.matches(_labels(o))]
 
     def pods_by_node(self, ds: Object) -> dict[str, list[Object]]:
         """The daemon set's pods by target node (terminal pods already being deleted left out)."""
         by_node: dict[str, list[Object]] = {}
         for pod in self._owned(self.pods, ds):
-            if statefulset.phase(pod) in ("Succeeded", "Failed") and statefulset.terminating(pod):
+            if podcontrol.phase(pod) in ("Succeeded", "Failed") and podcontrol.terminating(pod):
                 continue
             node = target_node(pod)
             if node is not None:
@@ -262,23 +262,23 @@ class DaemonSetController:
     async def _construct_history(self, ds: Object) -> tuple[Object, list[Object]]:
         """The revision of the current template (created, or renumbered to be the newest) and the
         others."""
-        revisions = statefulset.sort_revisions(self._owned(self.revisions, ds))
+        revisions = history.sort_revisions(self._owned(self.revisions, ds))
         for i, revision in enumerate(revisions):
             if HASH_LABEL not in _labels(revision):
                 # Revisions made elsewhere are labelled with their own name rather than a recomputed hash.
                 labelled = copy.deepcopy(revision)
                 labelled["metadata"].setdefault("labels", {})[HASH_LABEL] = revision["metadata"]["name"]
                 revisions[i] = await self._write_revision(labelled)
-        data = statefulset.revision_data((ds.get("spec") or {}).get("template") or {})
+        data = history.revision_data((ds.get("spec") or {}).get("template") or {})
         currents = [r for r in revisions if r.get("data") == data]
         old = [r for r in revisions if r.get("data") != data]
-        following = max((statefulset.revision_number(r) for r in old), default=0) + 1
+        following = max((history.revision_number(r) for r in old), default=0) + 1
         if not currents:
             return await self._snapshot(ds, data, following), old
         current = currents[-1]
         for duplicate in currents[:-1]:
             await self._dedup(ds, duplicate, current)
-        if statefulset.revision_number(current) < following:
+        if history.revision_number(current) < following:
             renumbered = copy.deepcopy(current)
             renumbered["revision"] = following
             current = await self._write_revision(renumbered)
@@ -294,8 +294,8 @@ class DaemonSetController:
         template = (ds.get("spec") or {}).get("template") or {}
         hash_ = deployment.template_hash(template, collisions)
         labels = {**((template.get("metadata") or {}).get("labels") or {}), HASH_LABEL: hash_}
-        name = statefulset.revision_name(ds["metadata"]["name"], hash_)
-        revision = statefulset.new_revision(ds, "DaemonSet", name, labels, number)
+        name = history.revision_name(ds["metadata"]["name"], hash_)
+        revision = history.new_revision(ds, "DaemonSet", name, labels, number)
         namespace = ds["metadata"]["namespace"]
         try:
             return (await self.store.create(self.revisions.kind, namespace, revision, _WRITE)).object
@@ -319,10 +319,10 @@ class DaemonSetController:
         new_hash = _labels(keep).get(HASH_LABEL)
         for pod in self._owned(self.pods, ds):
             if _labels(pod).get(HASH_LABEL) == old_hash:
-                await statefulset.patch_tested(self.store, self.pods.kind, pod, [
+                await ownership.patch_tested(self.store, self.pods.kind, pod, [
                     {"op": "add", "path": "/metadata/labels", "value": {**_labels(pod),
                                                                         HASH_LABEL: new_hash}}])
-        await statefulset.delete_revision(self.store, self.revisions.kind, duplicate)
+        await history.delete_revision(self.store, self.revisions.kind, duplicate)
 
     async def _cleanup_history(self, ds: Object, old: list[Object]) -> None:
         """Delete the oldest revisions no pod uses beyond revisionHistoryLimit."""
@@ -331,12 +331,12 @@ class DaemonSetController:
         if excess <= 0:
             return
         live = {_labels(p).get(HASH_LABEL) for pods in self.pods_by_node(ds).values() for p in pods}
-        for revision in statefulset.sort_revisions(old):
+        for revision in history.sort_revisions(old):
             if excess <= 0:
                 return
             if _labels(revision).get(HASH_LABEL) in live:
                 continue
-            await statefulset.delete_revision(self.store, self.revisions.kind, revision)
+            await history.delete_revision(self.store, self.revisions.kind, revision)
             excess -= 1
 
     # ------------------------------------------------------------ pods per node
@@ -354,7 +354,7 @@ class DaemonSetController:
         for node_name, pods in by_node.items():
             if node_name not in names:
                 delete += [p for p in pods if not (p.get("spec") or {}).get("nodeName")
-                           and not statefulset.terminating(p)]
+                           and not podcontrol.terminating(p)]
         await self._sync_nodes(ds, delete, create_on, hash_)
 
     def _plan_node(self, ds: Object, node: Object, by_node: dict[str, list[Object]],
@@ -366,17 +366,17 @@ class DaemonSetController:
         if run and pods is None:
             return [name], []
         if not keep_running:
-            return [], [p for p in pods or [] if not statefulset.terminating(p)]
+            return [], [p for p in pods or [] if not podcontrol.terminating(p)]
         delete: list[Object] = []
         running = []
         for pod in pods or []:
-            if statefulset.terminating(pod):
+            if podcontrol.terminating(pod):
                 continue
-            if statefulset.phase(pod) == "Failed":
+            if podcontrol.phase(pod) == "Failed":
                 if self._failed_pod_backoff(ds, name):
                     continue
                 delete.append(pod)
-            elif statefulset.phase(pod) == "Succeeded":
+            elif podcontrol.phase(pod) == "Succeeded":
                 delete.append(pod)
             else:
                 running.append(pod)
@@ -399,7 +399,7 @@ class DaemonSetController:
                 delete.append(pod)
         if newest is not None and oldest is not None:
             min_ready = int((ds.get("spec") or {}).get("minReadySeconds") or 0)
-            new_available = statefulset.available_in(newest, min_ready, self.clock.now()) == 0
+            new_available = podcontrol.available_in(newest, min_ready, self.clock.now()) == 0
             if not framework.is_ready(oldest) or new_available:
                 delete.append(oldest)
         return [], delete
@@ -419,10 +419,10 @@ class DaemonSetController:
     async def _sync_nodes(self, ds: Object, delete: list[Object], create_on: list[str], hash_: str) -> None:
         for pod in delete:
             where = f"{pod['metadata']['namespace']}/{pod['metadata']['name']} on node {target_node(pod)}"
-            if statefulset.phase(pod) == "Failed":
+            if podcontrol.phase(pod) == "Failed":
                 await self.recorder.event(COMPONENT, ds, events.WARNING, "FailedDaemonPod",
                                           f"Found failed daemon pod {where}, will try to kill it")
-            elif statefulset.phase(pod) == "Succeeded":
+            elif podcontrol.phase(pod) == "Succeeded":
                 await self.recorder.event(COMPONENT, ds, events.NORMAL, "SucceededDaemonPod",
                                           f"Found succeeded daemon pod {where}, will try to delete it")
             await podcontrol.delete(self.store, self.pods.kind, self.recorder, COMPONENT, ds, pod)
@@ -458,7 +458,7 @@ class DaemonSetController:
         """findUpdatedPodsOnNode: the node's new and old pod; False when it has two of either."""
         new = old = None
         for pod in pods:
-            if statefulset.terminating(pod):
+            if podcontrol.terminating(pod):
                 continue
             if is_updated(pod, ds, hash_):
                 if new is not None:
@@ -479,7 +479,7 @@ class DaemonSetController:
         min_ready, now = int((ds.get("spec") or {}).get("minReadySeconds") or 0), self.clock.now()
 
         def available(pod: Object) -> bool:
-            return statefulset.available_in(pod, min_ready, now) == 0
+            return podcontrol.available_in(pod, min_ready, now) == 0
 
         if surge == 0:
             unavailable = 0
@@ -556,7 +556,7 @@ class DaemonSetController:
             pod = pods[0]
             if framework.is_ready(pod):
                 ready += 1
-                left = statefulset.available_in(pod, min_ready, now)
+                left = podcontrol.available_in(pod, min_ready, now)
                 if left == 0:
                     available += 1
                 elif left is not None:

@@ -4,12 +4,13 @@ Kubernetes user expects: SuccessfulCreate / FailedCreate / SuccessfulDelete."""
 from __future__ import annotations
 
 import copy
+import datetime
 from typing import Any
 
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import kinds
 from socialweb_computer.apiserver import store as store_mod
-from socialweb_computer.controllers import events
+from socialweb_computer.controllers import events, framework
 
 Object = dict[str, Any]
 
@@ -66,3 +67,34 @@ async def delete(store: store_mod.Store, pods_kind: kinds.KindInfo, recorder: ev
             return
         raise
     await recorder.event(component, owner, events.NORMAL, "SuccessfulDelete", f"Deleted pod: {pmeta['name']}")
+
+
+# ---------------------------------------------------------------- pod state
+
+def phase(pod: Object) -> str:
+    return (pod.get("status") or {}).get("phase", "")
+
+
+def terminating(pod: Object) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def running_and_ready(pod: Object | None) -> bool:
+    return pod is not None and phase(pod) == "Running" and framework.is_ready(pod)
+
+
+def healthy(pod: Object | None) -> bool:
+    return pod is not None and running_and_ready(pod) and not terminating(pod)
+
+
+def available_in(pod: Object, min_ready: int, now: datetime.datetime) -> float | None:
+    """podutil.IsPodAvailable: 0 when available now, the seconds left when ready for less than
+    minReadySeconds, None when not ready."""
+    if not framework.is_ready(pod):
+        return None
+    if min_ready <= 0:
+        return 0.0
+    since = framework.ready_since(pod)
+    if since is None:
+        return float(min_ready)
+    return max((since + datetime.timedelta(seconds=min_ready) - now).total_seconds(), 0.0)

@@ -9,25 +9,21 @@ at once) or OnDelete, PVC owner references per persistentVolumeClaimRetentionPol
 
 Template history lives in ControllerRevisions named `<set>-<hash>` whose `data` is the
 strategic merge patch that puts a template back; `kubectl rollout history|undo` read and apply
-them, and `kubectl rollout status` reads the status written here. The revision helpers at the
-top of this module are shared with `controllers.daemonset`.
+them, and `kubectl rollout status` reads the status written here. Revision helpers live in
+`controllers.history`, claiming in `controllers.ownership`; both are shared with DaemonSets.
 Started by `controllers.manager.Manager`.
 """
 
 from __future__ import annotations
 
 import copy
-import datetime
 import re
-from collections.abc import Callable
 from typing import Any
 
-import orjson
-
-from socialweb_computer.api import errors, gofmt
-from socialweb_computer.apiserver import kinds, selectors
+from socialweb_computer.api import errors
+from socialweb_computer.apiserver import selectors
 from socialweb_computer.apiserver import store as store_mod
-from socialweb_computer.controllers import deployment, events, framework, podcontrol
+from socialweb_computer.controllers import deployment, events, framework, history, ownership, podcontrol
 
 Object = dict[str, Any]
 COMPONENT = "statefulset-controller"
@@ -43,122 +39,6 @@ _SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _MAX_REVISION_PREFIX = 223  # keeps `<prefix>-<hash>` a valid object name
 
 
-# ---------------------------------------------------------------- revision history (shared with DaemonSets)
-
-def safe_encode(text: str) -> str:
-    """apimachinery's rand.SafeEncodeString: no vowels, no look-alike characters."""
-    return "".join(_SAFE_ALPHABET[ord(c) % len(_SAFE_ALPHABET)] for c in text)
-
-
-def revision_data(template: Object) -> Object:
-    """What a ControllerRevision stores: the strategic merge patch that puts this template back.
-    Keys are sorted as Go's json.Marshal of a map sorts them, so that kubectl's byte comparison
-    ("current template already matches revision N") sees the same patch."""
-    return orjson.loads(gofmt.marshal_json({"spec": {"template": {**template, "$patch": "replace"}}}))
-
-
-def revision_template(revision: Object) -> Object:
-    template = dict(((revision.get("data") or {}).get("spec") or {}).get("template") or {})
-    template.pop("$patch", None)
-    return template
-
-
-def revision_number(revision: Object) -> int:
-    return int(revision.get("revision") or 0)
-
-
-def sort_revisions(revisions: list[Object]) -> list[Object]:
-    """history.SortControllerRevisions: by revision, then creation time, then name."""
-    return sorted(revisions, key=lambda r: (revision_number(r), r["metadata"].get("creationTimestamp", ""),
-                                            r["metadata"]["name"]))
-
-
-def revision_hash(data: Object, collision_count: int | None) -> str:
-    """history.HashControllerRevision: FNV-1 (not 1a) of the data, then of the collision count."""
-    raw = gofmt.marshal_json(data).encode()
-    if collision_count is not None:
-        raw += str(collision_count).encode()
-    h = 0x811C9DC5
-    for byte in raw:
-        h = ((h * 0x01000193) & 0xFFFFFFFF) ^ byte
-    return safe_encode(str(h))
-
-
-def revision_name(owner_name: str, hash_: str) -> str:
-    return f"{owner_name[:_MAX_REVISION_PREFIX]}-{hash_}"
-
-
-def new_revision(owner: Object, kind: str, name: str, labels: dict[str, str], number: int) -> Object:
-    """A ControllerRevision of the owner's current template, controlled by the owner."""
-    meta = owner["metadata"]
-    revision: Object = {
-        "apiVersion": "apps/v1", "kind": "ControllerRevision",
-        "metadata": {"name": name, "namespace": meta.get("namespace", ""), "labels": labels,
-                     "ownerReferences": [podcontrol.controller_ref(owner, api_version="apps/v1", kind=kind)]},
-        "data": revision_data(((owner.get("spec") or {}).get("template")) or {}),
-        "revision": number,
-    }
-    if meta.get("annotations"):
-        revision["metadata"]["annotations"] = dict(meta["annotations"])
-    return revision
-
-
-def labels_of(obj: Object) -> dict[str, str]:
-    return obj["metadata"].get("labels") or {}
-
-
-def selector_of(owner: Object) -> selectors.LabelSelector | None:
-    try:
-        return selectors.from_label_selector_object((owner.get("spec") or {}).get("selector"))
-    except selectors.SelectorError:
-        return None
-
-
-async def claim(store: store_mod.Store, kind: kinds.KindInfo, candidates: list[Object], owner: Object,
-                ref: Object, matches: Callable[[Object], bool]) -> None:
-    """ControllerRefManager: adopt orphans `matches` accepts, release owned objects it no longer
-    accepts. Nothing changes while the owner is being deleted."""
-    uid = owner["metadata"]["uid"]
-    if owner["metadata"].get("deletionTimestamp"):
-        return
-    for obj in candidates:
-        controller = framework.controller_of(obj)
-        if controller is None:
-            if matches(obj) and not obj["metadata"].get("deletionTimestamp"):
-                refs = obj["metadata"].get("ownerReferences")
-                op = ({"op": "add", "path": "/metadata/ownerReferences/-", "value": ref} if refs
-                      else {"op": "add", "path": "/metadata/ownerReferences", "value": [ref]})
-                await patch_tested(store, kind, obj, [op])
-        elif controller.get("uid") == uid and not matches(obj):
-            refs = obj["metadata"].get("ownerReferences") or []
-            i = next(i for i, r in enumerate(refs) if r.get("uid") == uid)
-            await patch_tested(store, kind, obj, [
-                {"op": "test", "path": f"/metadata/ownerReferences/{i}/uid", "value": uid},
-                {"op": "remove", "path": f"/metadata/ownerReferences/{i}"}])
-
-
-async def patch_tested(store: store_mod.Store, kind: kinds.KindInfo, obj: Object, ops: list[Object]) -> None:
-    """A JSON patch tested against the cached resourceVersion, so a stale cache never overwrites
-    someone else's change; an object already gone is not an error."""
-    meta = obj["metadata"]
-    ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}, *ops]
-    try:
-        await store.patch(kind, meta.get("namespace", ""), meta["name"], "json", orjson.dumps(ops), _WRITE)
-    except errors.StatusError as e:
-        if e.code != 404:
-            raise
-
-
-async def delete_revision(store: store_mod.Store, kind: kinds.KindInfo, revision: Object) -> None:
-    meta = revision["metadata"]
-    try:
-        await store.delete(kind, meta["namespace"], meta["name"],
-                           store_mod.DeleteOptions(precondition_uid=meta["uid"]))
-    except errors.StatusError as e:
-        if e.code not in (404, 409):
-            raise
-
-
 # ---------------------------------------------------------------- pods
 
 def ordinal_of(pod: Object) -> tuple[str, int]:
@@ -167,35 +47,6 @@ def ordinal_of(pod: Object) -> tuple[str, int]:
     if not match or int(match.group(2)) >= 2**31:
         return "", -1
     return match.group(1), int(match.group(2))
-
-
-def phase(pod: Object) -> str:
-    return (pod.get("status") or {}).get("phase", "")
-
-
-def terminating(pod: Object) -> bool:
-    return bool(pod["metadata"].get("deletionTimestamp"))
-
-
-def running_and_ready(pod: Object | None) -> bool:
-    return pod is not None and phase(pod) == "Running" and framework.is_ready(pod)
-
-
-def healthy(pod: Object | None) -> bool:
-    return pod is not None and running_and_ready(pod) and not terminating(pod)
-
-
-def available_in(pod: Object, min_ready: int, now: datetime.datetime) -> float | None:
-    """podutil.IsPodAvailable: 0 when available now, the seconds left when ready for less than
-    minReadySeconds, None when not ready."""
-    if not framework.is_ready(pod):
-        return None
-    if min_ready <= 0:
-        return 0.0
-    since = framework.ready_since(pod)
-    if since is None:
-        return float(min_ready)
-    return max((since + datetime.timedelta(seconds=min_ready) - now).total_seconds(), 0.0)
 
 
 def owner_ref(sts: Object) -> Object:
@@ -319,18 +170,18 @@ class StatefulSetController:
 
     def _on_child(self, event: str, new: Object | None, old: Object | None) -> None:
         framework.enqueue_controller(self.queue, "StatefulSet", new, old)
-        if new is not None and framework.controller_of(new) is None and not terminating(new):
+        if new is not None and framework.controller_of(new) is None and not podcontrol.terminating(new):
             for sts in self.sets.list(new["metadata"].get("namespace", "")):
-                selector = selector_of(sts)
-                if selector is not None and not selector.empty and selector.matches(labels_of(new)):
+                selector = ownership.selector_of(sts)
+                if selector is not None and not selector.empty and selector.matches(ownership.labels_of(new)):
                     self.queue.add(framework.key_of(sts))
 
     def _owned(self, informer: framework.Informer, sts: Object,
                selector: selectors.LabelSelector) -> list[Object]:
-        return [o for o in framework.controlled_by(informer, sts) if selector.matches(labels_of(o))]
+        return [o for o in framework.controlled_by(informer, sts) if selector.matches(ownership.labels_of(o))]
 
     def owned_pods(self, sts: Object) -> list[Object]:
-        selector = selector_of(sts) or selectors.NOTHING
+        selector = ownership.selector_of(sts) or selectors.NOTHING
         name = sts["metadata"]["name"]
         return [p for p in self._owned(self.pods, sts, selector) if ordinal_of(p)[0] == name]
 
@@ -338,15 +189,15 @@ class StatefulSetController:
         sts = self.sets.get(*key)
         if sts is None:
             return
-        selector = selector_of(sts)
+        selector = ownership.selector_of(sts)
         if selector is None or selector.empty:
             return  # rejected by validation; nothing sensible to manage
         namespace, ref = key[0], owner_ref(sts)
-        await claim(self.store, self.revisions.kind, self.revisions.list(namespace), sts, ref,
-                    lambda r: selector.matches(labels_of(r)))
-        await claim(self.store, self.pods.kind, self.pods.list(namespace), sts, ref,
-                    lambda p: selector.matches(labels_of(p)) and ordinal_of(p)[0] == key[1])
-        revisions = sort_revisions(self._owned(self.revisions, sts, selector))
+        await ownership.claim(self.store, self.revisions.kind, self.revisions.list(namespace), sts, ref,
+                    lambda r: selector.matches(ownership.labels_of(r)))
+        await ownership.claim(self.store, self.pods.kind, self.pods.list(namespace), sts, ref,
+                    lambda p: selector.matches(ownership.labels_of(p)) and ordinal_of(p)[0] == key[1])
+        revisions = history.sort_revisions(self._owned(self.revisions, sts, selector))
         current, update, collisions = await self._revisions(sts, revisions)
         await self._reconcile(sts, current, update)
         await self._update_status(sts, current, update, collisions)
@@ -358,8 +209,8 @@ class StatefulSetController:
         """The current revision (status.currentRevision) and the update revision (the template
         now), creating or renumbering a ControllerRevision when the template changed."""
         collisions = int((sts.get("status") or {}).get("collisionCount") or 0)
-        data = revision_data(_spec(sts).get("template") or {})
-        following = revision_number(revisions[-1]) + 1 if revisions else 1
+        data = history.revision_data(_spec(sts).get("template") or {})
+        following = history.revision_number(revisions[-1]) + 1 if revisions else 1
         equal = [r for r in revisions if r.get("data") == data]
         if equal and equal[-1]["metadata"]["name"] == revisions[-1]["metadata"]["name"]:
             update = revisions[-1]
@@ -377,13 +228,13 @@ class StatefulSetController:
 
     async def _create_revision(self, sts: Object, data: Object, number: int,
                                collisions: int) -> tuple[Object, int]:
-        hash_ = revision_hash(data, collisions)
+        hash_ = history.revision_hash(data, collisions)
         labels = {**(((_spec(sts).get("template") or {}).get("metadata") or {}).get("labels") or {}),
                   HASH_LABEL: hash_}
         namespace = sts["metadata"]["namespace"]
         while True:
-            name = revision_name(sts["metadata"]["name"], revision_hash(data, collisions))
-            revision = new_revision(sts, "StatefulSet", name, labels, number)
+            name = history.revision_name(sts["metadata"]["name"], history.revision_hash(data, collisions))
+            revision = history.new_revision(sts, "StatefulSet", name, labels, number)
             try:
                 created = await self.store.create(self.revisions.kind, namespace, revision, _WRITE)
                 return created.object, collisions
@@ -400,11 +251,11 @@ class StatefulSetController:
         """Delete the oldest revisions no pod uses beyond revisionHistoryLimit."""
         limit = int(_spec(sts).get("revisionHistoryLimit", 10))
         live = {current["metadata"]["name"], update["metadata"]["name"]}
-        live |= {labels_of(p).get(REVISION_LABEL, "") for p in self.owned_pods(sts)}
-        history = [r for r in sort_revisions(self._owned(self.revisions, sts, selector))
-                   if r["metadata"]["name"] not in live]
-        for revision in history[: max(len(history) - limit, 0)]:
-            await delete_revision(self.store, self.revisions.kind, revision)
+        live |= {ownership.labels_of(p).get(REVISION_LABEL, "") for p in self.owned_pods(sts)}
+        old = [r for r in history.sort_revisions(self._owned(self.revisions, sts, selector))
+               if r["metadata"]["name"] not in live]
+        for revision in old[: max(len(old) - limit, 0)]:
+            await history.delete_revision(self.store, self.revisions.kind, revision)
 
     # ------------------------------------------------------------ pods
 
@@ -427,8 +278,8 @@ class StatefulSetController:
             return
         slots, condemned = self._slots(sts)
         name, start = sts["metadata"]["name"], _start(sts)
-        unhealthy = [f"{name}-{start + i}" for i, p in enumerate(slots) if not healthy(p)]
-        unhealthy += [p["metadata"]["name"] for p in reversed(condemned) if not healthy(p)]
+        unhealthy = [f"{name}-{start + i}" for i, p in enumerate(slots) if not podcontrol.healthy(p)]
+        unhealthy += [p["metadata"]["name"] for p in reversed(condemned) if not podcontrol.healthy(p)]
         first_unhealthy = unhealthy[0] if unhealthy else None
         monotonic = _spec(sts).get("podManagementPolicy") != "Parallel"
         for i, pod in enumerate(slots):
@@ -438,12 +289,12 @@ class StatefulSetController:
             await self._sync_claim_refs(sts, pod)
         min_ready, now = int(_spec(sts).get("minReadySeconds") or 0), self.clock.now()
         for pod in condemned:
-            if terminating(pod):
+            if podcontrol.terminating(pod):
                 if monotonic:
                     return
                 continue
-            if monotonic and pod["metadata"]["name"] != first_unhealthy and (
-                    not running_and_ready(pod) or available_in(pod, min_ready, now) != 0):
+            settled = podcontrol.running_and_ready(pod) and podcontrol.available_in(pod, min_ready, now) == 0
+            if monotonic and pod["metadata"]["name"] != first_unhealthy and not settled:
                 return
             await self._delete_pod(sts, pod)
             if monotonic:
@@ -455,9 +306,9 @@ class StatefulSetController:
     async def _process_replica(self, sts: Object, current: Object, update: Object, ordinal: int,
                                pod: Object | None, monotonic: bool) -> bool:
         """Bring one ordinal towards a healthy pod; True when an ordered set must wait here."""
-        if pod is not None and phase(pod) in ("Failed", "Succeeded"):
+        if pod is not None and podcontrol.phase(pod) in ("Failed", "Succeeded"):
             # Recreated on a later sync, once the old pod is gone.
-            if not terminating(pod):
+            if not podcontrol.terminating(pod):
                 await self._delete_pod(sts, pod)
             return True
         if pod is None:
@@ -465,11 +316,11 @@ class StatefulSetController:
                 return True
             await self._create_pod(sts, current, update, ordinal)
             return True
-        if phase(pod) == "Pending":
+        if podcontrol.phase(pod) == "Pending":
             await self._create_claims(sts, pod["metadata"]["name"], ordinal)
         min_ready = int(_spec(sts).get("minReadySeconds") or 0)
-        if monotonic and (terminating(pod) or not running_and_ready(pod)
-                          or available_in(pod, min_ready, self.clock.now()) != 0):
+        if monotonic and (podcontrol.terminating(pod) or not podcontrol.running_and_ready(pod)
+                          or podcontrol.available_in(pod, min_ready, self.clock.now()) != 0):
             return True
         await self._sync_identity(sts, pod, ordinal)
         await self._sync_claim_refs(sts, pod)
@@ -488,7 +339,7 @@ class StatefulSetController:
 
     async def _create_pod(self, sts: Object, current: Object, update: Object, ordinal: int) -> None:
         revision = current if self._uses_current(sts, ordinal) else update
-        pod = new_pod(sts, revision_template(revision), ordinal, revision["metadata"]["name"])
+        pod = new_pod(sts, history.revision_template(revision), ordinal, revision["metadata"]["name"])
         name = pod["metadata"]["name"]
         await self._create_claims(sts, name, ordinal)
         try:
@@ -522,10 +373,10 @@ class StatefulSetController:
 
     async def _sync_identity(self, sts: Object, pod: Object, ordinal: int) -> None:
         want = {POD_NAME_LABEL: pod["metadata"]["name"], POD_INDEX_LABEL: str(ordinal)}
-        if all(labels_of(pod).get(k) == v for k, v in want.items()):
+        if all(ownership.labels_of(pod).get(k) == v for k, v in want.items()):
             return
-        ops = [{"op": "add", "path": "/metadata/labels", "value": {**labels_of(pod), **want}}]
-        await patch_tested(self.store, self.pods.kind, pod, ops)
+        ops = [{"op": "add", "path": "/metadata/labels", "value": {**ownership.labels_of(pod), **want}}]
+        await ownership.patch_tested(self.store, self.pods.kind, pod, ops)
         await self._pod_event(sts, "update", pod["metadata"]["name"])
 
     # ------------------------------------------------------------ claims
@@ -575,7 +426,7 @@ class StatefulSetController:
                 continue
             op = ({"op": "add", "path": "/metadata/ownerReferences", "value": refs} if refs
                   else {"op": "remove", "path": "/metadata/ownerReferences"})
-            await patch_tested(self.store, self.claims.kind, cached, [op])
+            await ownership.patch_tested(self.store, self.claims.kind, cached, [op])
 
     # ------------------------------------------------------------ rolling update
 
@@ -586,13 +437,14 @@ class StatefulSetController:
         partition = int(rolling.get("partition") or 0)
         max_unavailable = max(deployment.resolve_int_or_percent(rolling.get("maxUnavailable", 1), len(slots),
                                                                 round_up=False), 1)
-        budget = max_unavailable - sum(1 for p in slots if not healthy(p))
+        budget = max_unavailable - sum(1 for p in slots if not podcontrol.healthy(p))
         for index in range(len(slots) - 1, partition - 1, -1):
             pod = slots[index]
             if budget <= 0:
                 return
-            if pod is not None and labels_of(pod).get(REVISION_LABEL) != update["metadata"]["name"] and (
-                    not terminating(pod)):
+            wanted = update["metadata"]["name"]
+            outdated = pod is not None and ownership.labels_of(pod).get(REVISION_LABEL) != wanted
+            if outdated and not podcontrol.terminating(pod):
                 await self._delete_pod(sts, pod)
                 budget -= 1
 
@@ -605,16 +457,16 @@ class StatefulSetController:
                   "updatedReplicas": 0}
         wait: float | None = None
         for pod in self.owned_pods(sts):
-            counts["replicas"] += 1 if phase(pod) else 0
-            if running_and_ready(pod):
+            counts["replicas"] += 1 if podcontrol.phase(pod) else 0
+            if podcontrol.running_and_ready(pod):
                 counts["readyReplicas"] += 1
-                left = available_in(pod, min_ready, now)
+                left = podcontrol.available_in(pod, min_ready, now)
                 if left == 0:
                     counts["availableReplicas"] += 1
                 elif left is not None:
                     wait = left if wait is None else min(wait, left)
-            if phase(pod) and not terminating(pod):
-                revision = labels_of(pod).get(REVISION_LABEL)
+            if podcontrol.phase(pod) and not podcontrol.terminating(pod):
+                revision = ownership.labels_of(pod).get(REVISION_LABEL)
                 counts["currentReplicas"] += int(revision == current_name)
                 counts["updatedReplicas"] += int(revision == update_name)
         replicas = _replicas(sts)
