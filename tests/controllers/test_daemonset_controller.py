@@ -199,7 +199,8 @@ async def test_one_pod_per_eligible_node_with_upstream_shape_and_status(env: Env
     revision = (await env.items(env.revisions))[0]
     hash_ = revision["metadata"]["labels"]["controller-revision-hash"]
     assert revision["metadata"]["name"] == f"agent-{hash_}" and revision["revision"] == 1
-    assert pod["metadata"]["labels"] == {"app": "agent", "controller-revision-hash": hash_}
+    assert pod["metadata"]["labels"] == {"app": "agent", "controller-revision-hash": hash_,
+                                         "pod-template-generation": "1"}
     assert pod["metadata"]["generateName"] == "agent-"
     pinned = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}]}]
     assert pod["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {

@@ -577,6 +577,8 @@ class Store:
         self._admit(kind, new, old, options)
         if not options.subresource:
             strategy.prepare_for_update(new, old)
+        elif options.subresource == "status":
+            strategy.prepare_for_status_update(new, old)
         self._validate(kind, strategy, new, old)
         if self._tracks_generation(kind):
             generation = old_meta.get("generation", 1)

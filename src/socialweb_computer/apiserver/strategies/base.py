@@ -49,6 +49,9 @@ class Strategy:
     def prepare_for_update(self, new: Object, old: Object) -> None:
         """Carry over or default fields on an update of the main resource."""
 
+    def prepare_for_status_update(self, new: Object, old: Object) -> None:
+        """Default fields of a status written through the status subresource."""
+
     def validate(self, obj: Object) -> list[Cause]:
         return []
 

@@ -113,6 +113,19 @@ def default_tolerations(spec: dict) -> None:
              "tolerationSeconds": DEFAULT_TOLERATION_SECONDS} for key in missing)]
 
 
+def default_pod_ips(status: object) -> None:
+    """v1 conversion: `podIPs`/`hostIPs` start with `podIP`/`hostIP`, and a status that gives
+    only the list gets the single field from its first entry (a kubelet writes both)."""
+    if not isinstance(status, dict):
+        return
+    for single, plural in (("podIP", "podIPs"), ("hostIP", "hostIPs")):
+        listed = status.get(plural)
+        if status.get(single) and not listed:
+            status[plural] = [{"ip": status[single]}]
+        elif not status.get(single) and isinstance(listed, list) and listed and isinstance(listed[0], dict):
+            status[single] = listed[0].get("ip", "")
+
+
 class PodStrategy(base.Strategy):
     keep_status_on_create = True
 
@@ -134,6 +147,9 @@ class PodStrategy(base.Strategy):
         if isinstance(spec, dict):
             default_pod_spec(spec)
             default_tolerations(spec)
+
+    def prepare_for_status_update(self, new: Object, old: Object) -> None:
+        default_pod_ips(new.get("status"))
 
     def validate(self, obj: Object) -> list[Cause]:
         return validate_pod_spec(obj.get("spec"), "spec")
@@ -335,7 +351,13 @@ class NodeStrategy(base.Strategy):
             spec["taints"] = [*taints, {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
 
 
+class PersistentVolumeClaimStrategy(base.Strategy):
+    def prepare_for_create(self, obj: Object) -> None:
+        obj["status"] = {"phase": "Pending"}  # until a binder binds it to a volume
+
+
 STRATEGIES: dict[tuple[str, str], base.Strategy] = {
+    ("", "PersistentVolumeClaim"): PersistentVolumeClaimStrategy(),
     ("", "Namespace"): NamespaceStrategy(),
     ("", "Pod"): PodStrategy(),
     ("", "Service"): ServiceStrategy(),

@@ -3,6 +3,8 @@ selector/template rules a real apiserver enforces."""
 
 from __future__ import annotations
 
+import copy
+
 from socialweb_computer.api import objects
 from socialweb_computer.api.errors import Cause
 from socialweb_computer.apiserver.strategies import base, core
@@ -26,25 +28,45 @@ def _selector_matches_template(spec: dict) -> list[Cause]:
     return []
 
 
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+
+
 class _PodTemplateOwner(base.Strategy):
     """Kinds whose spec holds a pod template (Deployments, ReplicaSets, StatefulSets, DaemonSets)."""
 
     defaults: dict = {}
+    # StatefulSets and DaemonSets: `spec.updateStrategy`, whose rollingUpdate is defaulted
+    # whenever the type is RollingUpdate (also when a client gave only the type).
+    rolling_update_defaults: dict | None = None
 
     def prepare_for_create(self, obj: Object) -> None:
         spec = obj.setdefault("spec", {})
         if isinstance(spec, dict):
             for key, value in self.defaults.items():
-                spec.setdefault(key, value)
-            template_spec = (spec.get("template") or {}).get("spec")
-            if isinstance(template_spec, dict):
-                core.default_pod_spec(template_spec)
+                spec.setdefault(key, copy.deepcopy(value))
+        self._default_spec(spec)
         obj.pop("status", None)
 
     def prepare_for_update(self, new: Object, old: Object) -> None:
-        template_spec = ((new.get("spec") or {}).get("template") or {}).get("spec")
+        self._default_spec(new.get("spec"))
+
+    def _default_spec(self, spec: object) -> None:
+        if not isinstance(spec, dict):
+            return
+        template_spec = (spec.get("template") or {}).get("spec")
         if isinstance(template_spec, dict):
             core.default_pod_spec(template_spec)
+        if self.rolling_update_defaults is None:
+            return
+        strategy = spec.setdefault("updateStrategy", {})
+        if not isinstance(strategy, dict):
+            return  # validation reports it
+        strategy.setdefault("type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            rolling = strategy.setdefault("rollingUpdate", {})
+            if isinstance(rolling, dict):
+                for key, value in self.rolling_update_defaults.items():
+                    rolling.setdefault(key, value)
 
     def validate(self, obj: Object) -> list[Cause]:
         spec = obj.get("spec")
@@ -82,16 +104,31 @@ class StatefulSetStrategy(_PodTemplateOwner):
         "replicas": 1,
         "podManagementPolicy": "OrderedReady",
         "revisionHistoryLimit": 10,
-        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
     }
+    rolling_update_defaults = {"partition": 0}
 
 
 class DaemonSetStrategy(_PodTemplateOwner):
-    defaults = {
-        "revisionHistoryLimit": 10,
-        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-    }
+    defaults = {"revisionHistoryLimit": 10}
+    rolling_update_defaults = {"maxSurge": 0, "maxUnavailable": 1}
+
+    def prepare_for_create(self, obj: Object) -> None:
+        super().prepare_for_create(obj)
+        annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+        annotations.setdefault(TEMPLATE_GENERATION, "1")
+
+    def prepare_for_update(self, new: Object, old: Object) -> None:
+        """The template generation (the deprecated annotation DaemonSet pods are labelled from) is
+        the server's: carried over, and bumped when the template changes."""
+        super().prepare_for_update(new, old)
+        try:
+            generation = int((old["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION, "1"))
+        except ValueError:
+            generation = 1
+        if (new.get("spec") or {}).get("template") != (old.get("spec") or {}).get("template"):
+            generation += 1
+        new.setdefault("metadata", {}).setdefault("annotations", {})[TEMPLATE_GENERATION] = str(generation)
 
 
 class JobStrategy(base.Strategy):
