@@ -209,10 +209,6 @@ class Gateway:
             return ["admin plane starting"]
         return [] if self._controller.synced else ["clusters: first reconcile not finished"]
 
-    @property
-    def tenants(self) -> dict[str, Any]:
-        return self._controller.tenants if self._controller is not None else {}
-
 
 def _host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
