@@ -7,19 +7,26 @@
 # safe to run by hand.  Idempotent and fast on a second run: each step checks before it acts
 # (dpkg for packages, a stamp holding pyproject.toml's hash for the venv, versions for tools).
 #
+# --test also installs what only the tests need (see TEST_APT_PACKAGES).
 # Environment: PYTHON picks the interpreter for a new venv (default python3, must be >= 3.11).
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 
-# Debian packages the project and its tests use:
-#   openssl, curl, ca-certificates  TLS checks in tests and scripts
+# Debian packages. Everyone (scripts/run.sh too):
+#   openssl, curl, ca-certificates  TLS checks in scripts and tests
+# Only with --test (scripts/test.sh, CI):
 #   binutils                        objdump/strip for scripts/build-binary.sh (PyInstaller)
 #   openssh-server                  the real sshd tests/hostops runs scripts/deploy.sh against
+#                                   (installed without starting or enabling the host's sshd)
 #   systemd                         systemd-analyze, which verifies the gateway's user unit
 #   e2fsprogs                       mkfs.ext4, which check-host looks for (node root filesystems)
-APT_PACKAGES=(openssl curl ca-certificates binutils openssh-server systemd e2fsprogs)
+APT_PACKAGES=(openssl curl ca-certificates)
+TEST_APT_PACKAGES=(binutils openssh-server systemd e2fsprogs)
+if [[ "${1:-}" == "--test" ]]; then
+    APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
+fi
 VENV="$REPO_ROOT/.venv"
 STAMP="$VENV/.bootstrap-stamp"
 
@@ -38,7 +45,21 @@ install_apt_packages() {
     log "installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+    # Packages must not start services (openssh-server would start an sshd listening on every
+    # address): Debian's policy-rc.d convention, only while we install and only if none exists.
+    local policy=/usr/sbin/policy-rc.d guard=""
+    if [[ ! -e "$policy" ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 0755 "$policy" && guard="$policy"
+    fi
+    local status=0
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null || status=$?
+    if [[ -n "$guard" ]]; then
+        rm -f "$guard"
+    fi
+    if [[ " ${missing[*]} " == *" openssh-server "* ]] && command -v systemctl >/dev/null; then
+        systemctl disable --quiet ssh.service 2>/dev/null || true  # the tests start their own sshd
+    fi
+    return "$status"
 }
 
 venv_stamp() {

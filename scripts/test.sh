@@ -22,7 +22,7 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
 
-bash "$REPO_ROOT/scripts/bootstrap.sh"
+bash "$REPO_ROOT/scripts/bootstrap.sh" --test
 
 export PATH="$REPO_ROOT/.tools/bin:$REPO_ROOT/.venv/bin:$PATH"
 hash -r
