@@ -6,7 +6,10 @@ Rolling updates honour maxSurge/maxUnavailable using the ReplicaSets' available 
 new ReplicaSet is named `<deployment>-<pod-template-hash>` and carries the
 `deployment.kubernetes.io/revision` annotation that `kubectl rollout history|undo` read;
 `kubectl rollout status` reads the status and conditions written here. Old ReplicaSets
-beyond revisionHistoryLimit are deleted once a rollout is complete.
+beyond revisionHistoryLimit are deleted once a rollout is complete. Orphan ReplicaSets the
+selector matches are adopted (so `--cascade=orphan` and re-creating reuses them), and a
+Deployment scaled mid-rollout or while paused spreads the change over its active
+ReplicaSets in proportion to their sizes, as upstream's `scale()` does.
 Started by `controllers.manager.Manager`.
 """
 
@@ -21,7 +24,7 @@ import orjson
 
 from socialweb_computer.api import errors, objects
 from socialweb_computer.apiserver import store as store_mod
-from socialweb_computer.controllers import events, framework
+from socialweb_computer.controllers import events, framework, ownership, podcontrol
 
 Object = dict[str, Any]
 COMPONENT = "deployment-controller"
@@ -71,6 +74,17 @@ def surge_and_unavailable(d: Object) -> tuple[int, int]:
     return surge, unavailable
 
 
+def max_surge(d: Object) -> int:
+    """Upstream's MaxSurge: only rolling updates surge."""
+    if ((d.get("spec") or {}).get("strategy") or {}).get("type") == "Recreate":
+        return 0
+    return surge_and_unavailable(d)[0]
+
+
+def owner_ref(d: Object) -> Object:
+    return podcontrol.controller_ref(d, api_version="apps/v1", kind="Deployment")
+
+
 def revision_of(rs: Object) -> int:
     try:
         return int((rs["metadata"].get("annotations") or {}).get(REVISION, "0"))
@@ -80,6 +94,76 @@ def revision_of(rs: Object) -> int:
 
 def _replicas(rs: Object) -> int:
     return int((rs.get("spec") or {}).get("replicas", 0))
+
+
+def _desired(d: Object) -> int:
+    return int((d.get("spec") or {}).get("replicas", 1))
+
+
+def _annotation_int(rs: Object, name: str) -> int | None:
+    try:
+        return int((rs["metadata"].get("annotations") or {})[name])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _by_age(rs: Object) -> tuple[str, str]:
+    return rs["metadata"].get("creationTimestamp", ""), rs["metadata"]["name"]
+
+
+def active(new: Object | None, olds: list[Object]) -> list[Object]:
+    return [rs for rs in [*olds, new] if rs is not None and _replicas(rs) > 0]
+
+
+def active_or_latest(new: Object | None, olds: list[Object]) -> Object | None:
+    """The only active ReplicaSet; with none active the newest one; None when several are active."""
+    live = active(new, olds)
+    if len(live) == 1:
+        return live[0]
+    if live:
+        return None
+    if new is not None:
+        return new
+    return max(olds, key=_by_age, default=None)
+
+
+def saturated(d: Object, rs: Object | None) -> bool:
+    """The new ReplicaSet has all the Deployment's replicas, all available."""
+    replicas = _desired(d)
+    return (rs is not None and _annotation_int(rs, DESIRED) == replicas and _replicas(rs) == replicas
+            and _status(rs, "availableReplicas") == replicas)
+
+
+def proportional_sizes(d: Object, live: list[Object]) -> list[tuple[Object, int]]:
+    """Upstream's proportional scaling: new sizes for the active ReplicaSets, which together
+    reach desired+maxSurge. Each gets its share by the ratio of the new maximum to the
+    `max-replicas` it was last scaled for; rounding leftovers go to the first one, which is the
+    largest (newest on ties when growing, oldest when shrinking)."""
+    replicas = _desired(d)
+    allowed = replicas + max_surge(d) if replicas > 0 else 0
+    to_add = allowed - sum(_replicas(rs) for rs in live)
+    # Two stable sorts: by age, then by size, largest first.
+    ordered = sorted(live, key=_by_age, reverse=to_add > 0)
+    ordered.sort(key=_replicas, reverse=True)
+    shares: list[int] = []
+    for rs in ordered:
+        shares.append(_proportion(d, rs, to_add, sum(shares), allowed))
+    if shares:
+        shares[0] += to_add - sum(shares)
+    return [(rs, max(_replicas(rs) + share, 0)) for rs, share in zip(ordered, shares, strict=True)]
+
+
+def _proportion(d: Object, rs: Object, to_add: int, added: int, allowed: int) -> int:
+    if _replicas(rs) == 0 or to_add == 0 or to_add == added:
+        return 0
+    if _desired(d) == 0:
+        fraction = -_replicas(rs)
+    else:
+        before = _annotation_int(rs, MAX_REPLICAS) or _status(d, "replicas")
+        # Go's math.Round: halves away from zero (sizes are positive here).
+        fraction = math.floor(_replicas(rs) * allowed / before + 0.5) - _replicas(rs) if before else 0
+    left = to_add - added
+    return min(fraction, left) if to_add > 0 else max(fraction, left)
 
 
 def _status(rs: Object, field: str) -> int:
@@ -113,6 +197,22 @@ class DeploymentController:
 
     def _on_rs(self, event: str, new: Object | None, old: Object | None) -> None:
         framework.enqueue_controller(self.queue, "Deployment", new, old)
+        if new is not None and framework.controller_of(new) is None and not new["metadata"].get(
+                "deletionTimestamp"):
+            # An orphan: every Deployment whose selector matches it may adopt it.
+            for d in self.deployments.list(new["metadata"].get("namespace", "")):
+                selector = ownership.selector_of(d)
+                if selector is not None and not selector.empty and selector.matches(ownership.labels_of(new)):
+                    self.queue.add(framework.key_of(d))
+
+    async def _claim(self, d: Object) -> None:
+        """Adopt matching orphan ReplicaSets, release owned ones the selector no longer matches."""
+        selector = ownership.selector_of(d)
+        if selector is None or selector.empty:
+            return  # validation refuses these; never claim everything
+        await ownership.claim(self.store, self.replicasets.kind,
+                              self.replicasets.list(d["metadata"].get("namespace", "")), d, owner_ref(d),
+                              lambda rs: selector.matches(ownership.labels_of(rs)))
 
     def owned(self, d: Object) -> list[Object]:
         return framework.controlled_by(self.replicasets, d)
@@ -133,11 +233,16 @@ class DeploymentController:
         d = self.deployments.get(*key)
         if d is None or d["metadata"].get("deletionTimestamp"):
             return
+        await self._claim(d)
         new, olds = self.split(d)
         created = False
         paused = bool((d.get("spec") or {}).get("paused"))
         recreate = ((d.get("spec") or {}).get("strategy") or {}).get("type") == "Recreate"
-        if not paused:
+        if paused or self._scaling_event(d, new, olds):
+            if new is not None:
+                await self._sync_revision(d, new, olds)
+            await self._scale_all(d, *self.split(d))
+        else:
             if recreate:
                 new, created = await self._recreate(d, new, olds)
             else:
@@ -153,6 +258,27 @@ class DeploymentController:
         await self._update_status(d, new, olds, created=created, paused=paused)
         if new is not None and self._complete(self.deployments.get(*key) or d):
             await self._cleanup(d, olds)
+
+    @staticmethod
+    def _scaling_event(d: Object, new: Object | None, olds: list[Object]) -> bool:
+        """An active ReplicaSet was last sized for another replica count than the spec's."""
+        replicas = _desired(d)
+        return any(_annotation_int(rs, DESIRED) not in (None, replicas) for rs in active(new, olds))
+
+    async def _scale_all(self, d: Object, new: Object | None, olds: list[Object]) -> None:
+        """Upstream's scale(): on a scaling event or while paused, resize without rolling out."""
+        only = active_or_latest(new, olds)
+        if only is not None:
+            await self._scale(d, only, _desired(d))
+            return
+        if saturated(d, new):
+            for rs in active(None, olds):
+                await self._scale(d, rs, 0)
+            return
+        if ((d.get("spec") or {}).get("strategy") or {}).get("type") == "Recreate":
+            return
+        for rs, size in proportional_sizes(d, active(new, olds)):
+            await self._scale(d, rs, size)
 
     def _rolling_new_replicas(self, d: Object, new: Object | None, olds: list[Object]) -> int:
         replicas = int((d.get("spec") or {}).get("replicas", 1))
@@ -229,12 +355,11 @@ class DeploymentController:
         template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = pod_hash
         selector = copy.deepcopy(spec.get("selector") or {})
         selector.setdefault("matchLabels", {})[HASH_LABEL] = pod_hash
-        surge, _ = surge_and_unavailable(d)
         annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _NOT_COPIED}
         annotations.update({
             REVISION: str(max((revision_of(rs) for rs in olds), default=0) + 1),
-            DESIRED: str(spec.get("replicas", 1)),
-            MAX_REPLICAS: str(int(spec.get("replicas", 1)) + surge),
+            DESIRED: str(_desired(d)),
+            MAX_REPLICAS: str(_desired(d) + max_surge(d)),
         })
         rs = {
             "metadata": {
@@ -242,10 +367,7 @@ class DeploymentController:
                 "namespace": meta.get("namespace", ""),
                 "labels": dict(template["metadata"]["labels"]),
                 "annotations": annotations,
-                "ownerReferences": [{
-                    "apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"], "uid": meta["uid"],
-                    "controller": True, "blockOwnerDeletion": True,
-                }],
+                "ownerReferences": [owner_ref(d)],
             },
             "spec": {"replicas": replicas, "minReadySeconds": spec.get("minReadySeconds", 0),
                      "selector": selector, "template": template},
@@ -290,16 +412,20 @@ class DeploymentController:
                                 updated, store_mod.WriteOptions(field_manager=MANAGER))
 
     async def _scale(self, d: Object, rs: Object, replicas: int) -> None:
+        """Resize a ReplicaSet and record the replica count it is sized for (also when only
+        that record is stale); an event only when the size changes."""
         before = _replicas(rs)
-        surge, _ = surge_and_unavailable(d)
-        desired = int((d.get("spec") or {}).get("replicas", 1))
+        want = {DESIRED: str(_desired(d)), MAX_REPLICAS: str(_desired(d) + max_surge(d))}
+        current = rs["metadata"].get("annotations") or {}
+        if replicas == before and all(current.get(k) == v for k, v in want.items()):
+            return
         updated = copy.deepcopy(rs)
         updated["spec"]["replicas"] = replicas
-        annotations = updated["metadata"].setdefault("annotations", {})
-        annotations[DESIRED] = str(desired)
-        annotations[MAX_REPLICAS] = str(desired + surge)
+        updated["metadata"].setdefault("annotations", {}).update(want)
         await self.store.update(self.replicasets.kind, rs["metadata"]["namespace"], rs["metadata"]["name"],
                                 updated, store_mod.WriteOptions(field_manager=MANAGER))
+        if replicas == before:
+            return
         direction = "up" if replicas > before else "down"
         await self.recorder.event(
             COMPONENT, d, events.NORMAL, "ScalingReplicaSet",
