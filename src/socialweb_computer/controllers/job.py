@@ -1,37 +1,66 @@
-"""The Job controller (NonIndexed completion mode): run pods until `completions` of them
-succeed, give up after `backoffLimit` failures or `activeDeadlineSeconds`, stop and
-resume on `suspend`, and delete finished Jobs after `ttlSecondsAfterFinished`.
+"""The Job controller: run pods until `completions` of them succeed (NonIndexed), or until
+every completion index 0..completions-1 has a succeeded pod (Indexed); give up after
+`backoffLimit` failures, `activeDeadlineSeconds`, a `podFailurePolicy` FailJob rule, or
+(Indexed with `backoffLimitPerIndex`) too many failed indexes; finish early on a
+`successPolicy` rule; stop and resume on `suspend`; delete finished Jobs after
+`ttlSecondsAfterFinished`.
 
 The capacity logic reads what this writes: `status.active/ready/succeeded/failed`,
-`startTime`/`completionTime` and the conditions Suspended, SuccessCriteriaMet + Complete,
-FailureTarget + Failed. Pod phases come from whoever runs pods (a node, or a test through
-pods/status). Timers exist only for Jobs with a pending deadline or TTL.
+`completedIndexes`/`failedIndexes`, `startTime`/`completionTime` and the conditions
+Suspended, SuccessCriteriaMet + Complete, FailureTarget + Failed. Pod phases come from
+whoever runs pods (a node, or a test through pods/status). Timers exist only for Jobs with
+a pending deadline or TTL. Rule matching and index arithmetic live in `jobpolicy`.
 Started by `controllers.manager.Manager`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 from typing import Any
 
 from socialweb_computer.api import errors, objects
 from socialweb_computer.apiserver import store as store_mod
-from socialweb_computer.controllers import events, framework, podcontrol, replicaset
+from socialweb_computer.controllers import events, framework, jobpolicy, podcontrol, replicaset
 
 Object = dict[str, Any]
 COMPONENT = "job-controller"
 MANAGER = "kube-controller-manager"
+CONTROLLER_NAME = "kubernetes.io/job-controller"
+# names.MaxGeneratedNameLength: a generateName longer than this is cut before the suffix.
+MAX_GENERATE_NAME = 58
 
-# Terminal outcomes: (reason, message, event type, interim condition, final condition).
-OUTCOMES = {
-    "CompletionsReached": ("Reached expected number of succeeded pods", events.NORMAL,
-                           "SuccessCriteriaMet", "Complete"),
-    "BackoffLimitExceeded": ("Job has reached the specified backoff limit", events.WARNING,
-                             "FailureTarget", "Failed"),
-    "DeadlineExceeded": ("Job was active longer than specified deadline", events.WARNING,
-                         "FailureTarget", "Failed"),
+# Fixed messages of the terminal reasons; PodFailurePolicy and SuccessPolicy carry their own.
+MESSAGES = {
+    "CompletionsReached": "Reached expected number of succeeded pods",
+    "BackoffLimitExceeded": "Job has reached the specified backoff limit",
+    "DeadlineExceeded": "Job was active longer than specified deadline",
+    "MaxFailedIndexesExceeded": "Job has exceeded the specified maximal number of failed indexes",
+    "FailedIndexes": "Job has failed indexes",
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    reason: str
+    message: str
+    success: bool
+
+    @property
+    def conditions(self) -> tuple[str, str]:
+        """(interim, final) condition types, written together."""
+        return ("SuccessCriteriaMet", "Complete") if self.success else ("FailureTarget", "Failed")
+
+
+@dataclasses.dataclass
+class Counts:
+    """What one sync learned from the pods and the previous status."""
+
+    succeeded: int
+    failed: int
+    completed: jobpolicy.Intervals | None = None      # Indexed only
+    failed_indexes: jobpolicy.Intervals | None = None  # Indexed with backoffLimitPerIndex only
 
 
 def finished(job: Object) -> str:
@@ -41,9 +70,26 @@ def finished(job: Object) -> str:
     return ""
 
 
+def indexed(spec: Object) -> bool:
+    return spec.get("completionMode") == "Indexed"
+
+
 def _condition(type_: str, status: str, reason: str, message: str, now: str) -> Object:
     return {"type": type_, "status": status, "lastProbeTime": now, "lastTransitionTime": now,
             "reason": reason, "message": message}
+
+
+def _phase(pod: Object) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
+
+
+def _by_age(pods: list[Object]) -> list[Object]:
+    return sorted(pods, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]))
+
+
+def _valid_index(pod: Object, completions: int) -> int | None:
+    index = jobpolicy.completion_index(pod)
+    return index if index is not None and index < completions else None
 
 
 class JobController:
@@ -72,15 +118,14 @@ class JobController:
             await self._after_finish(job)
             return
         spec, status = job.get("spec") or {}, copy.deepcopy(job.get("status") or {})
+        if spec.get("managedBy", CONTROLLER_NAME) != CONTROLLER_NAME:
+            return  # another controller (e.g. MultiKueue) runs this Job
         pods = self.owned_pods(job)
         active = [p for p in pods if replicaset.active(p)]
-        succeeded = max(sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"),
-                        int(status.get("succeeded") or 0))
-        failed = max(sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed"),
-                     int(status.get("failed") or 0))
+        counts = self._count(spec, status, pods)
         now_t = self.clock.now()
         now = objects.rfc3339(now_t)
-        outcome = self._outcome(job, spec, status, succeeded, failed, now_t)
+        outcome = self._early_outcome(spec, status, pods, counts, now_t)
         if outcome:
             for pod in active:
                 await self._delete_pod(job, pod)
@@ -93,62 +138,221 @@ class JobController:
         else:
             if not status.get("startTime"):
                 status["startTime"] = now
-            active = await self._manage(job, spec, active, succeeded)
-        status.update({"active": len(active), "succeeded": succeeded, "failed": failed,
-                       "ready": sum(1 for p in active if framework.is_ready(p)),
-                       "terminating": sum(1 for p in pods if p["metadata"].get("deletionTimestamp"))})
-        status.setdefault("uncountedTerminatedPods", {})
+            active = await self._manage(job, spec, pods, active, counts)
+        outcome = outcome or self._completion(spec, counts, active)
+        self._fill_status(spec, status, pods, active, counts)
         status["conditions"] = self._conditions(job, status, outcome, now)
-        if outcome and outcome[0] == "CompletionsReached":
+        if not status["conditions"]:
+            status.pop("conditions")
+        if outcome and outcome.success:
             status["completionTime"] = now
-        for field in ("active", "succeeded", "failed"):
-            if not status[field]:
-                status.pop(field)
         self._schedule_deadline(job, spec, status, now_t, bool(outcome))
         if status != (job.get("status") or {}):
             await self._write_status(job, status)
         if outcome:
-            await self.recorder.event(COMPONENT, job, OUTCOMES[outcome[0]][1],
-                                      "Completed" if outcome[0] == "CompletionsReached" else outcome[0],
-                                      "Job completed" if outcome[0] == "CompletionsReached" else outcome[1])
+            await self._record_finish(job, outcome)
 
-    def _outcome(self, job: Object, spec: Object, status: Object, succeeded: int, failed: int,
-                 now: datetime.datetime) -> tuple[str, str] | None:
-        completions = spec.get("completions")
-        if completions is not None and succeeded >= int(completions):
-            return "CompletionsReached", OUTCOMES["CompletionsReached"][0]
-        if completions is None and succeeded > 0 and not any(
-                replicaset.active(p) for p in self.owned_pods(job)):
-            return "CompletionsReached", OUTCOMES["CompletionsReached"][0]
-        if failed > int(spec.get("backoffLimit", 6)):
-            return "BackoffLimitExceeded", OUTCOMES["BackoffLimitExceeded"][0]
+    # ------------------------------------------------------------ counting
+
+    def _count(self, spec: Object, status: Object, pods: list[Object]) -> Counts:
+        """Counters never go down: pods deleted since the last sync stay counted in status."""
+        policy = spec.get("podFailurePolicy")
+        counted = [p for p in pods if _phase(p) == "Failed" and jobpolicy.match_failure(policy, p)[1]]
+        failed = max(len(counted), int(status.get("failed") or 0))
+        if not indexed(spec):
+            succeeded = sum(1 for p in pods if _phase(p) == "Succeeded")
+            succeeded = max(succeeded, int(status.get("succeeded") or 0))
+            return Counts(succeeded, failed)
+        completions = int(spec.get("completions") or 0)
+        done = [_valid_index(p, completions) for p in pods if _phase(p) == "Succeeded"]
+        completed = jobpolicy.merge(jobpolicy.parse_indexes(status.get("completedIndexes"), completions),
+                                    (i for i in done if i is not None))
+        counts = Counts(jobpolicy.total(completed), failed, completed=completed)
+        if spec.get("backoffLimitPerIndex") is not None:
+            lost = [_valid_index(p, completions) for p in pods if self._index_failed(spec, p)]
+            counts.failed_indexes = jobpolicy.merge(
+                jobpolicy.parse_indexes(status.get("failedIndexes"), completions),
+                (i for i in lost if i is not None and not jobpolicy.has(completed, i)))
+        return counts
+
+    @staticmethod
+    def _index_failed(spec: Object, pod: Object) -> bool:
+        """A failed pod ends its index on a FailIndex rule, or when its counted failures
+        reach backoffLimitPerIndex."""
+        if _phase(pod) != "Failed":
+            return False
+        _msg, count, action = jobpolicy.match_failure(spec.get("podFailurePolicy"), pod)
+        if action == "FailIndex":
+            return True
+        limit = int(spec.get("backoffLimitPerIndex") or 0)
+        return count and jobpolicy.annotation_count(pod, jobpolicy.FAILURE_COUNT_KEY) >= limit
+
+    # ------------------------------------------------------------ outcomes
+
+    def _early_outcome(self, spec: Object, status: Object, pods: list[Object], counts: Counts,
+                       now: datetime.datetime) -> Outcome | None:
+        """Terminal states decided before managing pods, in the upstream order: a FailJob
+        rule, the backoff limit, the deadline, failed indexes, then a success policy."""
+        policy = spec.get("podFailurePolicy")
+        for pod in _by_age([p for p in pods if _phase(p) == "Failed"]):
+            message = jobpolicy.match_failure(policy, pod)[0]
+            if message:
+                return Outcome("PodFailurePolicy", message, False)
+        if counts.failed > int(spec.get("backoffLimit", 6)):
+            return self._fixed("BackoffLimitExceeded", False)
         deadline = spec.get("activeDeadlineSeconds")
         if deadline is not None and status.get("startTime") and not spec.get("suspend"):
             started = objects.parse_time(status["startTime"])
             if started + datetime.timedelta(seconds=int(deadline)) <= now:
-                return "DeadlineExceeded", OUTCOMES["DeadlineExceeded"][0]
+                return self._fixed("DeadlineExceeded", False)
+        if counts.failed_indexes is not None:
+            lost, limit = jobpolicy.total(counts.failed_indexes), spec.get("maxFailedIndexes")
+            if limit is not None and lost > int(limit):
+                return self._fixed("MaxFailedIndexesExceeded", False)
+            if lost and lost + counts.succeeded >= int(spec.get("completions") or 0):
+                return self._fixed("FailedIndexes", False)
+        if counts.completed is not None:
+            message = jobpolicy.match_success(spec.get("successPolicy"), int(spec.get("completions") or 0),
+                                              counts.completed)
+            if message:
+                return Outcome("SuccessPolicy", message, True)
         return None
 
-    async def _manage(self, job: Object, spec: Object, active: list[Object], succeeded: int) -> list[Object]:
+    @staticmethod
+    def _fixed(reason: str, success: bool) -> Outcome:
+        return Outcome(reason, MESSAGES[reason], success)
+
+    def _completion(self, spec: Object, counts: Counts, active: list[Object]) -> Outcome | None:
+        completions = spec.get("completions")
+        if completions is not None and counts.succeeded >= int(completions):
+            return self._fixed("CompletionsReached", True)
+        if completions is None and counts.succeeded > 0 and not active:
+            return self._fixed("CompletionsReached", True)
+        return None
+
+    # ------------------------------------------------------------ pods
+
+    async def _manage(self, job: Object, spec: Object, pods: list[Object], active: list[Object],
+                      counts: Counts) -> list[Object]:
         parallelism = int(spec.get("parallelism", 1))
         completions = spec.get("completions")
         if completions is None:
-            want = parallelism if succeeded == 0 else len(active)
+            want = parallelism if counts.succeeded == 0 else len(active)
         else:
-            want = min(parallelism, int(completions) - succeeded)
-        if len(active) < want:
-            for _ in range(want - len(active)):
-                active.append(await self._create_pod(job))
-        elif len(active) > want:
-            ranked = sorted(active, key=replicaset._delete_rank)
-            for pod in ranked[: len(active) - want]:
+            want = max(0, min(parallelism, int(completions) - counts.succeeded))
+        doomed = self._surplus(spec, active, want)
+        if doomed:
+            # Like upstream: a sync that deletes pods creates none.
+            for pod in doomed:
                 await self._delete_pod(job, pod)
-            active = ranked[len(active) - want:]
+            return [p for p in active if p not in doomed]
+        missing = want - len(active)
+        if spec.get("podReplacementPolicy") == "Failed":
+            missing -= sum(1 for p in pods if p["metadata"].get("deletionTimestamp") and _phase(p) not in (
+                "Succeeded", "Failed"))
+        if missing <= 0:
+            return active
+        if not indexed(spec):
+            for _ in range(missing):
+                active.append(await self._create_pod(job, None, pods))
+            return active
+        busy = jobpolicy.merge([*(counts.completed or []), *(counts.failed_indexes or [])],
+                               self._indexes_of(active, int(completions or 0)))
+        for index in jobpolicy.first_pending(busy, missing, int(completions or 0)):
+            active.append(await self._create_pod(job, index, pods))
         return active
 
-    def _conditions(
-        self, job: Object, status: Object, outcome: tuple[str, str] | None, now: str
-    ) -> list[Object]:
+    @staticmethod
+    def _indexes_of(pods: list[Object], completions: int) -> list[int]:
+        return [i for i in (_valid_index(p, completions) for p in pods) if i is not None]
+
+    @staticmethod
+    def _surplus(spec: Object, active: list[Object], want: int) -> list[Object]:
+        """Active pods to delete: for Indexed Jobs those without a valid index and all but one
+        pod per index, then the cheapest to lose until at most `want` remain."""
+        doomed: list[Object] = []
+        keep = list(active)
+        if indexed(spec):
+            completions = int(spec.get("completions") or 0)
+            keep, seen = [], set()
+            for pod in sorted(active, key=replicaset._delete_rank, reverse=True):
+                index = _valid_index(pod, completions)
+                if index is None or index in seen:
+                    doomed.append(pod)
+                else:
+                    seen.add(index)
+                    keep.append(pod)
+        extra = len(keep) - want
+        if extra > 0:
+            doomed.extend(sorted(keep, key=replicaset._delete_rank)[:extra])
+        return doomed
+
+    def _pod_for(self, job: Object, index: int | None, pods: list[Object]) -> Object:
+        """The pod to create: the template, and for an Indexed Job its index as annotation,
+        label, env var, hostname and name prefix (plus the per-index failure counters)."""
+        ref = podcontrol.controller_ref(job, api_version="batch/v1", kind="Job")
+        pod = podcontrol.from_template(job, ref)
+        if index is None:
+            return pod
+        name, meta, pod_spec = job["metadata"]["name"], pod["metadata"], pod["spec"]
+        annotations = meta.setdefault("annotations", {})
+        annotations[jobpolicy.INDEX_KEY] = str(index)
+        meta["labels"][jobpolicy.INDEX_KEY] = str(index)
+        suffix = f"-{index}-"
+        meta["generateName"] = (name + suffix if len(name + suffix) <= MAX_GENERATE_NAME
+                                else name[: MAX_GENERATE_NAME - len(suffix)] + suffix)
+        pod_spec["hostname"] = f"{name}-{index}"
+        for key in ("initContainers", "containers"):
+            for container in pod_spec.get(key) or []:
+                env = container.setdefault("env", [])
+                if not any(e.get("name") == jobpolicy.INDEX_ENV for e in env):
+                    env.append({"name": jobpolicy.INDEX_ENV, "valueFrom": {"fieldRef": {
+                        "fieldPath": f"metadata.labels['{jobpolicy.INDEX_KEY}']"}}})
+        spec = job.get("spec") or {}
+        if spec.get("backoffLimitPerIndex") is not None:
+            annotations.update(self._failure_counts(spec, index, pods))
+        return pod
+
+    @staticmethod
+    def _failure_counts(spec: Object, index: int, pods: list[Object]) -> dict[str, str]:
+        """The counters a replacement pod inherits from the index's latest failed pod."""
+        completions = int(spec.get("completions") or 0)
+        failed = [p for p in pods if _phase(p) == "Failed" and _valid_index(p, completions) == index]
+        if not failed:
+            return {jobpolicy.FAILURE_COUNT_KEY: "0"}
+        last = max(failed, key=lambda p: (jobpolicy.annotation_count(p, jobpolicy.FAILURE_COUNT_KEY)
+                                          + jobpolicy.annotation_count(p, jobpolicy.IGNORED_COUNT_KEY),
+                                          p["metadata"].get("creationTimestamp", "")))
+        counted = jobpolicy.annotation_count(last, jobpolicy.FAILURE_COUNT_KEY)
+        ignored = jobpolicy.annotation_count(last, jobpolicy.IGNORED_COUNT_KEY)
+        if jobpolicy.match_failure(spec.get("podFailurePolicy"), last)[1]:
+            counted += 1
+        else:
+            ignored += 1
+        result = {jobpolicy.FAILURE_COUNT_KEY: str(counted)}
+        if ignored:
+            result[jobpolicy.IGNORED_COUNT_KEY] = str(ignored)
+        return result
+
+    # ------------------------------------------------------------ status
+
+    @staticmethod
+    def _fill_status(spec: Object, status: Object, pods: list[Object], active: list[Object],
+                     counts: Counts) -> None:
+        status.update({"active": len(active), "succeeded": counts.succeeded, "failed": counts.failed,
+                       "ready": sum(1 for p in active if framework.is_ready(p)),
+                       "terminating": sum(1 for p in pods if p["metadata"].get("deletionTimestamp"))})
+        status.setdefault("uncountedTerminatedPods", {})
+        if counts.completed is not None:
+            status["completedIndexes"] = jobpolicy.format_indexes(counts.completed)
+        if counts.failed_indexes is not None:
+            # A pointer upstream: "" (not absent) once backoffLimitPerIndex is in use.
+            status["failedIndexes"] = jobpolicy.format_indexes(counts.failed_indexes)
+        for field in ("active", "succeeded", "failed", "completedIndexes"):
+            if not status.get(field):
+                status.pop(field, None)
+
+    def _conditions(self, job: Object, status: Object, outcome: Outcome | None, now: str) -> list[Object]:
         conditions = list(status.get("conditions") or [])
         spec = job.get("spec") or {}
         suspended = next((c for c in conditions if c.get("type") == "Suspended"), None)
@@ -159,11 +363,15 @@ class JobController:
             conditions = [c for c in conditions if c.get("type") != "Suspended"]
             conditions.append(_condition("Suspended", "False", "JobResumed", "Job resumed", now))
         if outcome:
-            reason, message = outcome
-            _msg, _type, interim, final = OUTCOMES[reason]
-            conditions.append(_condition(interim, "True", reason, message, now))
-            conditions.append(_condition(final, "True", reason, message, now))
+            for type_ in outcome.conditions:
+                conditions.append(_condition(type_, "True", outcome.reason, outcome.message, now))
         return conditions
+
+    async def _record_finish(self, job: Object, outcome: Outcome) -> None:
+        if outcome.success:
+            await self.recorder.event(COMPONENT, job, events.NORMAL, "Completed", "Job completed")
+        else:
+            await self.recorder.event(COMPONENT, job, events.WARNING, outcome.reason, outcome.message)
 
     def _schedule_deadline(self, job: Object, spec: Object, status: Object, now: datetime.datetime,
                            done: bool) -> None:
@@ -198,10 +406,9 @@ class JobController:
             if e.code not in (404, 409):
                 raise
 
-    async def _create_pod(self, job: Object) -> Object:
-        ref = podcontrol.controller_ref(job, api_version="batch/v1", kind="Job")
-        return await podcontrol.create(self.store, self.pods.kind, self.recorder, COMPONENT, job, ref,
-                                       manager=MANAGER)
+    async def _create_pod(self, job: Object, index: int | None, pods: list[Object]) -> Object:
+        return await podcontrol.create(self.store, self.pods.kind, self.recorder, COMPONENT, job, {},
+                                       manager=MANAGER, pod=self._pod_for(job, index, pods))
 
     async def _delete_pod(self, job: Object, pod: Object) -> None:
         await podcontrol.delete(self.store, self.pods.kind, self.recorder, COMPONENT, job, pod)

@@ -42,8 +42,9 @@ def from_template(owner: Object, ref: Object) -> Object:
 
 
 async def create(store: store_mod.Store, pods_kind: kinds.KindInfo, recorder: events.Recorder, component: str,
-                 owner: Object, ref: Object, *, manager: str) -> Object:
-    pod = from_template(owner, ref)
+                 owner: Object, ref: Object, *, manager: str, pod: Object | None = None) -> Object:
+    """Create `pod` (default: one made from the owner's template) and record the event."""
+    pod = pod if pod is not None else from_template(owner, ref)
     try:
         created = await store.create(pods_kind, pod["metadata"]["namespace"], pod,
                                      store_mod.WriteOptions(field_manager=manager))

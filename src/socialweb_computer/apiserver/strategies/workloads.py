@@ -4,6 +4,7 @@ selector/template rules a real apiserver enforces."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from socialweb_computer.api import objects
 from socialweb_computer.api.errors import Cause
@@ -136,17 +137,19 @@ class JobStrategy(base.Strategy):
         spec = obj.setdefault("spec", {})
         if not isinstance(spec, dict):
             return
+        # SetDefaults_Job: completions stays unset (a work queue) when only parallelism is given.
+        if "completions" not in spec and "parallelism" not in spec:
+            spec["completions"] = 1
         spec.setdefault("parallelism", 1)
-        if "completions" not in spec:
-            spec["completions"] = spec["parallelism"] if spec.get("completionMode") != "Indexed" else None
-            if spec["completions"] is None:
-                spec.pop("completions")
-        spec.setdefault("backoffLimit", 6)
+        spec.setdefault("backoffLimit", 2**31 - 1 if spec.get("backoffLimitPerIndex") is not None else 6)
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("suspend", False)
         if not spec.get("manualSelector"):
             spec.pop("manualSelector", None)
-        spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+        failure_policy = spec.get("podFailurePolicy")
+        spec.setdefault("podReplacementPolicy", "Failed" if failure_policy else "TerminatingOrFailed")
+        if isinstance(failure_policy, dict):
+            _default_condition_status(failure_policy)
         template = spec.setdefault("template", {})
         if not spec.get("manualSelector"):
             uid = obj["metadata"]["uid"]
@@ -161,6 +164,11 @@ class JobStrategy(base.Strategy):
                 }
             )
             spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+        # SetDefaults_Job runs again when the stored object is read back: a Job without
+        # labels of its own shows its template's.
+        template_labels = (template.get("metadata") or {}).get("labels")
+        if template_labels and not obj["metadata"].get("labels"):
+            obj["metadata"]["labels"] = dict(template_labels)
         if isinstance(template.get("spec"), dict):
             core.default_pod_spec(template["spec"])
         obj.pop("status", None)
@@ -176,6 +184,15 @@ class JobStrategy(base.Strategy):
                     "spec.template.spec.restartPolicy", policy or "Always", ["OnFailure", "Never"]
                 )
             )
+        elif spec.get("podFailurePolicy") is not None and policy != "Never":
+            causes.append(
+                base.invalid(
+                    "spec.template.spec.restartPolicy",
+                    policy,
+                    'only "Never" is supported when podFailurePolicy is specified',
+                )
+            )
+        causes.extend(_job_spec_causes(spec, obj))
         return causes
 
     def validate_update(self, new: Object, old: Object) -> list[Cause]:
@@ -183,9 +200,275 @@ class JobStrategy(base.Strategy):
         new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
         if new_spec.get("selector") != old_spec.get("selector"):
             causes.append(base.immutable("spec.selector", new_spec.get("selector")))
-        if new_spec.get("completions") != old_spec.get("completions"):
-            causes.append(base.immutable("spec.completions", new_spec.get("completions")))
+        completions = new_spec.get("completions")
+        if completions != old_spec.get("completions"):
+            # Elastic Indexed Jobs: completions may change together with parallelism.
+            if new_spec.get("completionMode") != "Indexed":
+                causes.append(base.immutable("spec.completions", completions))
+            elif completions is not None and completions != new_spec.get("parallelism"):
+                causes.append(
+                    base.invalid(
+                        "spec.completions",
+                        completions,
+                        "can only be modified in tandem with spec.parallelism",
+                    )
+                )
+        for field in JOB_IMMUTABLE:
+            if new_spec.get(field) != old_spec.get(field):
+                causes.append(_immutable_shown(f"spec.{field}", new_spec.get(field)))
         return causes
+
+
+# ValidateJobSpecUpdate: fields fixed at creation besides selector and completions.
+JOB_IMMUTABLE = ("completionMode", "podFailurePolicy", "backoffLimitPerIndex", "managedBy", "successPolicy")
+FAILURE_ACTIONS = ["Count", "FailIndex", "FailJob", "Ignore"]
+EXIT_CODE_OPERATORS = ["In", "NotIn"]
+CONDITION_STATUSES = ["False", "True", "Unknown"]
+
+
+def _required(field: str, detail: str) -> Cause:
+    return Cause("FieldValueRequired", f"Required value: {detail}", field)
+
+
+def _default_condition_status(policy: Object) -> None:
+    """onPodConditions patterns without a status match status True."""
+    for rule in policy.get("rules") or []:
+        for pattern in (rule.get("onPodConditions") or []) if isinstance(rule, dict) else []:
+            if isinstance(pattern, dict) and not pattern.get("status"):
+                pattern["status"] = "True"
+
+
+def _valid_values(allowed: list[str]) -> str:
+    """Go's %q of a string slice: ["a" "b"]."""
+    return "valid values: [" + " ".join(f'"{a}"' for a in allowed) + "]"
+
+
+def _too_many(field: str, count: int, limit: int) -> Cause:
+    return Cause("FieldValueTooMany", f"Too many: {count}: must have at most {limit} items", field)
+
+
+def _invalid_omitted(field: str, detail: str) -> Cause:
+    """field.Invalid with field.OmitValueType: the message names no value."""
+    return Cause("FieldValueInvalid", f"Invalid value: {detail}", field)
+
+
+def _immutable_shown(field: str, value: Any) -> Cause:
+    shown = value if isinstance(value, (str, int, bool)) or value is None else "object"
+    return base.immutable(field, "null" if shown is None else shown)
+
+
+def _job_spec_causes(spec: Object, obj: Object) -> list[Cause]:
+    """validateJobSpec's rules for completion modes, per-index backoff and the two policies."""
+    causes: list[Cause] = []
+    mode, completions = spec.get("completionMode"), spec.get("completions")
+    per_index, max_failed = spec.get("backoffLimitPerIndex"), spec.get("maxFailedIndexes")
+    for field in ("backoffLimitPerIndex", "maxFailedIndexes"):
+        if isinstance(spec.get(field), int) and spec[field] < 0:
+            causes.append(base.invalid(f"spec.{field}", spec[field], "must be greater than or equal to 0"))
+    if max_failed is not None and per_index is None:
+        causes.append(_required("spec.backoffLimitPerIndex", "when maxFailedIndexes is specified"))
+    if mode is not None and mode not in ("NonIndexed", "Indexed"):
+        causes.append(base.not_supported("spec.completionMode", mode, ["NonIndexed", "Indexed"]))
+    if mode == "Indexed":
+        if completions is None:
+            causes.append(_required("spec.completions", "when completion mode is Indexed"))
+        elif isinstance(max_failed, int) and max_failed > completions:
+            causes.append(
+                base.invalid("spec.maxFailedIndexes", max_failed, "must be less than or equal to completions")
+            )
+        if isinstance(completions, int) and completions > 0:
+            # The controller names pod hosts "<job>-<index>".
+            host = f"{objects.meta(obj).get('name', '')}-{completions - 1}"
+            if objects.dns1123_label_errors(host):
+                causes.append(
+                    base.invalid(
+                        "metadata.name",
+                        objects.meta(obj).get("name", ""),
+                        f"will not able to create pod with invalid DNS label: {host}",
+                    )
+                )
+    else:
+        for field, value in (("backoffLimitPerIndex", per_index), ("maxFailedIndexes", max_failed)):
+            if value is not None:
+                causes.append(base.invalid(f"spec.{field}", value, "requires indexed completion mode"))
+    if isinstance(spec.get("podFailurePolicy"), dict):
+        causes.extend(_pod_failure_policy_causes(spec))
+    if spec.get("successPolicy") is not None:
+        if mode != "Indexed":
+            causes.append(_invalid_omitted("spec.successPolicy", "requires indexed completion mode"))
+        elif isinstance(spec["successPolicy"], dict):
+            causes.extend(_success_policy_causes(spec))
+    replacement = spec.get("podReplacementPolicy")
+    if replacement is not None:
+        allowed = (
+            ["Failed"] if spec.get("podFailurePolicy") is not None else ["Failed", "TerminatingOrFailed"]
+        )
+        if replacement not in allowed:
+            causes.append(base.not_supported("spec.podReplacementPolicy", replacement, allowed))
+    return causes
+
+
+def _pod_failure_policy_causes(spec: Object) -> list[Cause]:
+    rules = spec["podFailurePolicy"].get("rules") or []
+    path = "spec.podFailurePolicy.rules"
+    causes = [_too_many(path, len(rules), 20)] if len(rules) > 20 else []
+    template_spec = (spec.get("template") or {}).get("spec") or {}
+    names = {c.get("name") for key in ("containers", "initContainers") for c in template_spec.get(key) or []}
+    for i, rule in enumerate(rules):
+        if isinstance(rule, dict):
+            causes.extend(_failure_rule_causes(spec, rule, f"{path}[{i}]", names))
+    return causes
+
+
+def _failure_rule_causes(spec: Object, rule: Object, path: str, names: set[Any]) -> list[Cause]:
+    causes: list[Cause] = []
+    action = rule.get("action")
+    if not action:
+        causes.append(_required(f"{path}.action", _valid_values(FAILURE_ACTIONS)))
+    elif action == "FailIndex":
+        if spec.get("backoffLimitPerIndex") is None:
+            causes.append(
+                base.invalid(f"{path}.action", action, "requires the backoffLimitPerIndex to be set")
+            )
+    elif action not in FAILURE_ACTIONS:
+        causes.append(base.not_supported(f"{path}.action", action, FAILURE_ACTIONS))
+    on_codes, on_conditions = rule.get("onExitCodes"), rule.get("onPodConditions") or []
+    if isinstance(on_codes, dict):
+        causes.extend(_exit_codes_causes(on_codes, f"{path}.onExitCodes", names))
+    for j, pattern in enumerate(on_conditions):
+        status = pattern.get("status") if isinstance(pattern, dict) else None
+        if not status:
+            causes.append(_required(f"{path}.onPodConditions[{j}].status", _valid_values(CONDITION_STATUSES)))
+        elif status not in CONDITION_STATUSES:
+            causes.append(
+                base.not_supported(f"{path}.onPodConditions[{j}].status", status, CONDITION_STATUSES)
+            )
+    if on_codes is not None and on_conditions:
+        causes.append(
+            _invalid_omitted(path, "specifying both OnExitCodes and OnPodConditions is not supported")
+        )
+    if on_codes is None and not on_conditions:
+        causes.append(_invalid_omitted(path, "specifying one of OnExitCodes and OnPodConditions is required"))
+    return causes
+
+
+def _exit_codes_causes(on_codes: Object, path: str, names: set[Any]) -> list[Cause]:
+    causes: list[Cause] = []
+    operator = on_codes.get("operator")
+    if not operator:
+        causes.append(_required(f"{path}.operator", _valid_values(EXIT_CODE_OPERATORS)))
+    elif operator not in EXIT_CODE_OPERATORS:
+        causes.append(base.not_supported(f"{path}.operator", operator, EXIT_CODE_OPERATORS))
+    name = on_codes.get("containerName")
+    if name is not None and name not in names:
+        causes.append(
+            base.invalid(
+                f"{path}.containerName",
+                name,
+                "must be one of the container or initContainer names in the pod template",
+            )
+        )
+    values = [v for v in on_codes.get("values") or [] if isinstance(v, int)]
+    if not values:
+        causes.append(_invalid_omitted(f"{path}.values", "at least one value is required"))
+    elif len(values) > 255:
+        causes.append(_too_many(f"{path}.values", len(values), 255))
+    seen: set[int] = set()
+    for j, value in enumerate(values):
+        if operator == "In" and value == 0:
+            causes.append(base.invalid(f"{path}.values[{j}]", value, "must not be 0 for the In operator"))
+        if value in seen:
+            causes.append(Cause("FieldValueDuplicate", f"Duplicate value: {value}", f"{path}.values[{j}]"))
+        seen.add(value)
+    if values != sorted(values):
+        causes.append(_invalid_omitted(f"{path}.values", "must be ordered"))
+    return causes
+
+
+def _success_policy_causes(spec: Object) -> list[Cause]:
+    rules = spec["successPolicy"].get("rules") or []
+    path = "spec.successPolicy.rules"
+    causes: list[Cause] = []
+    if not rules:
+        causes.append(
+            _required(path, "at least one rules must be specified when the successPolicy is specified")
+        )
+    elif len(rules) > 20:
+        causes.append(_too_many(path, len(rules), 20))
+    completions = spec.get("completions") if isinstance(spec.get("completions"), int) else 0
+    for i, rule in enumerate(r for r in rules if isinstance(r, dict)):
+        count, indexes = rule.get("succeededCount"), rule.get("succeededIndexes")
+        if count is None and indexes is None:
+            causes.append(
+                _required(
+                    f"{path}[{i}]", "at least one of succeededCount or succeededIndexes must be specified"
+                )
+            )
+        total = 0
+        if isinstance(indexes, str):
+            total, error = _indexes_total(indexes, completions)
+            if error:
+                causes.append(
+                    base.invalid(
+                        f"{path}[{i}].succeededIndexes", indexes, f"error parsing succeededIndexes: {error}"
+                    )
+                )
+        if isinstance(count, int):
+            where = f"{path}[{i}].succeededCount"
+            if count < 0:
+                causes.append(base.invalid(where, count, "must be greater than or equal to 0"))
+            if count > completions:
+                causes.append(
+                    base.invalid(
+                        where,
+                        count,
+                        f"must be less than or equal to {completions} (the number of specified completions)",
+                    )
+                )
+            if indexes is not None and count > total:
+                causes.append(
+                    base.invalid(
+                        where,
+                        count,
+                        f"must be less than or equal to {total} "
+                        "(the number of indexes in the specified succeededIndexes field)",
+                    )
+                )
+    return causes
+
+
+def _index_interval(fragment: str, completions: int) -> tuple[int, int]:
+    """One "a" or "a-b" of an index list; ValueError carries upstream's wording."""
+    parts = fragment.split("-")
+    if len(parts) > 2:
+        raise ValueError(
+            f'the fragment "{fragment}" violates the requirement that an index interval can have '
+            "at most two parts separated by '-'"
+        )
+    bounds = []
+    for part in parts:
+        if not part.isdigit():
+            raise ValueError(f'cannot convert string to integer for index: "{part}"')
+        if int(part) >= completions:
+            raise ValueError(f'too large index: "{part}"')
+        bounds.append(int(part))
+    if len(bounds) == 2 and bounds[0] >= bounds[1]:
+        raise ValueError(f"non-increasing order, previous: {bounds[0]}, current: {bounds[1]}")
+    return bounds[0], bounds[-1]
+
+
+def _indexes_total(text: str, completions: int) -> tuple[int, str]:
+    """validateIndexesFormat: (how many indexes, "" or the parse error)."""
+    total, last = 0, None
+    for fragment in text.split(",") if text else []:
+        try:
+            first, end = _index_interval(fragment, completions)
+        except ValueError as e:
+            return 0, str(e)
+        if last is not None and last >= first:
+            return 0, f"non-increasing order, previous: {last}, current: {first}"
+        total, last = total + end - first + 1, end
+    return total, ""
 
 
 class PodDisruptionBudgetStrategy(base.Strategy):
