@@ -16,6 +16,7 @@ after-write hooks, so a decision never touches storage. Called by `policy.Cluste
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -29,6 +30,13 @@ Object = dict[str, Any]
 ROLES, CLUSTER_ROLES = "roles", "clusterroles"
 ROLE_BINDINGS, CLUSTER_ROLE_BINDINGS = "rolebindings", "clusterrolebindings"
 PLURALS = (ROLES, CLUSTER_ROLES, ROLE_BINDINGS, CLUSTER_ROLE_BINDINGS)
+
+
+@functools.lru_cache(maxsize=8192)
+def _interned(*fields: tuple[str, ...]) -> Rule:
+    """One shared Rule per distinct rule: every tenant's index holds the same bootstrap rules,
+    and a Rule (with its precomputed sets) is immutable, so they need not be built per tenant."""
+    return Rule(*fields)
 
 
 def _strings(value: Any) -> tuple[str, ...]:
@@ -56,7 +64,7 @@ class Rule:
 
     @classmethod
     def from_dict(cls, rule: Object) -> Rule:
-        return cls(
+        return _interned(
             _strings(rule.get("verbs")),
             _strings(rule.get("apiGroups")),
             _strings(rule.get("resources")),
