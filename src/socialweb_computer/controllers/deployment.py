@@ -180,6 +180,11 @@ def _progress(status: str, reason: str, message: str) -> Object:
             "message": message}
 
 
+def _selects(d: Object, labels: dict[str, str]) -> bool:
+    selector = ownership.selector_of(d)
+    return selector is not None and not selector.empty and selector.matches(labels)
+
+
 class DeploymentController:
     def __init__(self, store: store_mod.Store, informers: framework.Informers, clock: framework.Clock,
                  recorder: events.Recorder) -> None:
@@ -197,13 +202,7 @@ class DeploymentController:
 
     def _on_rs(self, event: str, new: Object | None, old: Object | None) -> None:
         framework.enqueue_controller(self.queue, "Deployment", new, old)
-        if new is not None and framework.controller_of(new) is None and not new["metadata"].get(
-                "deletionTimestamp"):
-            # An orphan: every Deployment whose selector matches it may adopt it.
-            for d in self.deployments.list(new["metadata"].get("namespace", "")):
-                selector = ownership.selector_of(d)
-                if selector is not None and not selector.empty and selector.matches(ownership.labels_of(new)):
-                    self.queue.add(framework.key_of(d))
+        ownership.enqueue_adopters(self.queue, self.deployments, new, _selects)
 
     async def _claim(self, d: Object) -> None:
         """Adopt matching orphan ReplicaSets, release owned ones the selector no longer matches."""
@@ -212,7 +211,7 @@ class DeploymentController:
             return  # validation refuses these; never claim everything
         await ownership.claim(self.store, self.replicasets.kind,
                               self.replicasets.list(d["metadata"].get("namespace", "")), d, owner_ref(d),
-                              lambda rs: selector.matches(ownership.labels_of(rs)))
+                              lambda rs: _selects(d, ownership.labels_of(rs)))
 
     def owned(self, d: Object) -> list[Object]:
         return framework.controlled_by(self.replicasets, d)

@@ -1,7 +1,8 @@
 """Claiming objects for a controller (upstream's ControllerRefManager) and tested patches.
 
-Shared by the StatefulSet and DaemonSet controllers: adopt orphans a selector matches,
-release owned objects it no longer matches, always against the cached resourceVersion.
+Shared by the ReplicaSet, Deployment, StatefulSet and DaemonSet controllers: adopt orphans a
+selector matches, release owned objects it no longer matches, always against the cached
+resourceVersion.
 """
 
 from __future__ import annotations
@@ -29,6 +30,18 @@ def selector_of(owner: Object) -> selectors.LabelSelector | None:
         return selectors.from_label_selector_object((owner.get("spec") or {}).get("selector"))
     except selectors.SelectorError:
         return None
+
+
+def enqueue_adopters(queue: framework.WorkQueue, owners: framework.Informer, obj: Object | None,
+                     selects: Callable[[Object, dict[str, str]], bool]) -> None:
+    """An orphan (no controller, not being deleted) wakes every owner in its namespace whose
+    selector matches it."""
+    if obj is None or framework.controller_of(obj) is not None or obj["metadata"].get("deletionTimestamp"):
+        return
+    labels = labels_of(obj)
+    for owner in owners.list(obj["metadata"].get("namespace", "")):
+        if selects(owner, labels):
+            queue.add(framework.key_of(owner))
 
 
 async def claim(store: store_mod.Store, kind: kinds.KindInfo, candidates: list[Object], owner: Object,

@@ -14,12 +14,10 @@ import copy
 import datetime
 from typing import Any
 
-import orjson
-
 from socialweb_computer.api import errors, objects
 from socialweb_computer.apiserver import selectors
 from socialweb_computer.apiserver import store as store_mod
-from socialweb_computer.controllers import events, framework, podcontrol
+from socialweb_computer.controllers import events, framework, ownership, podcontrol
 
 Object = dict[str, Any]
 COMPONENT = "replicaset-controller"
@@ -55,12 +53,6 @@ def owner_ref(rs: Object) -> Object:
     return podcontrol.controller_ref(rs, api_version="apps/v1", kind="ReplicaSet")
 
 
-def _adopt_ops(pod: Object, rs: Object) -> list[Object]:
-    if pod["metadata"].get("ownerReferences"):
-        return [{"op": "add", "path": "/metadata/ownerReferences/-", "value": owner_ref(rs)}]
-    return [{"op": "add", "path": "/metadata/ownerReferences", "value": [owner_ref(rs)]}]
-
-
 class ReplicaSetController:
     def __init__(self, store: store_mod.Store, informers: framework.Informers, clock: framework.Clock,
                  recorder: events.Recorder) -> None:
@@ -78,13 +70,7 @@ class ReplicaSetController:
 
     def _on_pod(self, event: str, new: Object | None, old: Object | None) -> None:
         framework.enqueue_controller(self.queue, "ReplicaSet", new, old)
-        if new is not None and framework.controller_of(new) is None and not new["metadata"].get(
-                "deletionTimestamp"):
-            # An orphan: every ReplicaSet whose selector matches may adopt it.
-            labels = new["metadata"].get("labels") or {}
-            for rs in self.replicasets.list(new["metadata"].get("namespace", "")):
-                if _selects(rs, labels):
-                    self.queue.add(framework.key_of(rs))
+        ownership.enqueue_adopters(self.queue, self.replicasets, new, _selects)
 
     def owned_pods(self, rs: Object) -> list[Object]:
         return framework.controlled_by(self.pods, rs)
@@ -103,32 +89,12 @@ class ReplicaSetController:
         await self._update_status(rs, pods)
 
     async def _claim(self, rs: Object) -> None:
-        """Adopt orphans the selector matches; release owned pods it no longer matches."""
-        uid = rs["metadata"]["uid"]
-        for pod in self.pods.list(rs["metadata"].get("namespace", "")):
-            if pod["metadata"].get("deletionTimestamp"):
-                continue
-            ref = framework.controller_of(pod)
-            matches = _selects(rs, pod["metadata"].get("labels") or {})
-            if ref is None and matches:
-                await self._patch_pod(pod, _adopt_ops(pod, rs))
-            elif ref is not None and ref.get("uid") == uid and not matches:
-                refs = pod["metadata"].get("ownerReferences") or []
-                i = next(i for i, r in enumerate(refs) if r.get("uid") == uid)
-                await self._patch_pod(pod, [{"op": "test", "path": f"/metadata/ownerReferences/{i}/uid",
-                                             "value": uid},
-                                            {"op": "remove", "path": f"/metadata/ownerReferences/{i}"}])
-
-    async def _patch_pod(self, pod: Object, ops: list[Object]) -> None:
-        meta = pod["metadata"]
-        # Tested against the cached resourceVersion: a stale cache must not overwrite owners.
-        ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}, *ops]
-        try:
-            await self.store.patch(self.pods.kind, meta["namespace"], meta["name"], "json", orjson.dumps(ops),
-                                   store_mod.WriteOptions(field_manager="kube-controller-manager"))
-        except errors.StatusError as e:
-            if e.code != 404:
-                raise
+        """Adopt orphans the selector matches; release owned pods it no longer matches (terminating
+        pods are left as they are)."""
+        live = [p for p in self.pods.list(rs["metadata"].get("namespace", ""))
+                if not p["metadata"].get("deletionTimestamp")]
+        await ownership.claim(self.store, self.pods.kind, live, rs, owner_ref(rs),
+                              lambda pod: _selects(rs, ownership.labels_of(pod)))
 
     async def _manage(self, rs: Object, pods: list[Object]) -> None:
         want = int((rs.get("spec") or {}).get("replicas", 1))
