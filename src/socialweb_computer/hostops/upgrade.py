@@ -13,27 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from socialweb_computer import hostops
 from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.hostops import HostOpsError, binaries, configfiles, files, systemd, unit, wait
 from socialweb_computer.hostops import layout as layout_mod
 
 UNIT = layout_mod.UNIT_NAME
-DEFAULT_TIMEOUT = 60.0
-
-Say = Callable[[str], None]
-
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-    binary: Path
-    sha256: str | None = None
-    env_file: Path | None = None  # None: keep the installed one
-    spec_file: Path | None = None  # None: keep the installed one
-    timeout: float = DEFAULT_TIMEOUT
+DEFAULT_TIMEOUT = hostops.DEFAULT_TIMEOUT
+Request = hostops.Request
+Say = hostops.Say
 
 
 @dataclasses.dataclass(frozen=True)
