@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 
@@ -143,6 +144,28 @@ def build_app(cluster: LogicalCluster, *, authenticator: authn.ClientCertAuthent
 def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str) -> ssl.SSLContext:
     """Requests a client certificate; the authentication middleware judges it (see auth.authn)."""
     return authn.server_ssl_context(cert_file, key_file, client_ca_file)
+
+
+def url_host(host: str) -> str:
+    """A listen address as it goes in a URL: IPv6 literals in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
+def loopback_ip(host: str) -> str:
+    """The address behind a loopback listen address, for where a name will not do (Endpoints)."""
+    return "127.0.0.1" if host == "localhost" else host
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """Why `serve()` could not bind host:port right now (None: it could), without listening."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as serve() binds
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            return e
+    return None
 
 
 async def serve(

@@ -63,10 +63,8 @@ async def serve(args: argparse.Namespace) -> None:
     authenticator = authn.ClientCertAuthenticator.from_pem_file(plane.client_ca)
     runner, port = await app_mod.serve(app_mod.build_app(cluster, authenticator=authenticator),
                                        host=args.host, port=args.port, ssl_context=context)
-    await endpoints.publish_apiserver(cluster.store, "127.0.0.1" if args.host == "localhost" else args.host,
-                                      port)
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    url = f"https://{host}:{port}"
+    await endpoints.publish_apiserver(cluster.store, app_mod.loopback_ip(args.host), port)
+    url = f"https://{app_mod.url_host(args.host)}:{port}"
     kubeconfig_path = os.path.join(state_dir, "admin.kubeconfig")
     plane.write_admin_kubeconfig(kubeconfig_path, context="socialweb-computer", server=url)
     print(f"socialweb-computer apiserver serving {url}", flush=True)

@@ -19,10 +19,10 @@ import dataclasses
 import errno
 import gc
 import logging
-import socket
 from typing import Any
 
 from socialweb_computer.api import errors
+from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.apiserver import kinds, store
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.clusterprovider import layout
@@ -198,15 +198,12 @@ class ClusterController:
     async def _bring_up(self, cluster: Object) -> tenants.TenantPlane:
         name, uid = cluster["metadata"]["name"], cluster["metadata"]["uid"]
         record = self.state.read_cluster(name)
-        if record is not None and record.uid != uid:
-            # Left by an earlier Cluster of the same name whose teardown never finished.
-            await self._remove_data(name)
-            record = None
-        if record is None:
+        if record is None or record.uid != uid:
+            # New, or data left by an earlier Cluster of the same name whose teardown never finished.
             await self._remove_data(name)
             port = self._allocate_port(name)
-            host = f"[{self.spec.address}]" if ":" in self.spec.address else self.spec.address
-            record = layout.ClusterRecord(name=name, uid=uid, port=port, url=f"https://{host}:{port}")
+            url = f"https://{app_mod.url_host(self.spec.address)}:{port}"
+            record = layout.ClusterRecord(name=name, uid=uid, port=port, url=url)
             try:
                 # In a thread: minting and syncing the files must not stall the other clusters.
                 await asyncio.to_thread(self.state.create_cluster, record)
@@ -240,7 +237,7 @@ class ClusterController:
         taken = set(self._ports.values()) | self._reserved
         low, high = self.spec.cluster_ports
         for port in range(low, high + 1):
-            if port not in taken and _bindable(self.spec.address, port):
+            if port not in taken and app_mod.bind_error(self.spec.address, port) is None:
                 return port
         raise ClusterUnavailable(
             "NoFreePort",
@@ -320,14 +317,3 @@ class ClusterController:
         options = store.WriteOptions(field_manager=resource.FIELD_MANAGER, subresource=subresource)
         result = await self.admin.store.update(self.kind, "", cluster["metadata"]["name"], updated, options)
         return result.object
-
-
-def _bindable(address: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((address, port))
-        except OSError:
-            return False
-    return True

@@ -98,7 +98,7 @@ class Gateway:
         with _listening("HTTP API", "listen.apiPort", self.spec.address, self.spec.api_port):
             runner, api_port = await httpapi.serve(api, host=self.spec.address, port=self.spec.api_port)
         self._runners.append(runner)
-        self.api_url = f"http://{_host(self.spec.address)}:{api_port}"
+        self.api_url = f"http://{app_mod.url_host(self.spec.address)}:{api_port}"
         self.started_at = resource.now()
         pki.write_public(self.state.gateway_json, orjson.dumps(self.summary(), option=orjson.OPT_INDENT_2))
 
@@ -127,7 +127,7 @@ class Gateway:
                 ssl_context=context,
             )
         self._runners.append(runner)
-        self.admin_url = f"https://{_host(self.spec.address)}:{port}"
+        self.admin_url = f"https://{app_mod.url_host(self.spec.address)}:{port}"
         plane.write_admin_kubeconfig(
             self.state.admin_kubeconfig, context=ADMIN_CONTEXT, server=self.admin_url
         )
@@ -208,10 +208,6 @@ class Gateway:
         if self._controller is None:
             return ["admin plane starting"]
         return [] if self._controller.synced else ["clusters: first reconcile not finished"]
-
-
-def _host(address: str) -> str:
-    return f"[{address}]" if ":" in address else address
 
 
 def _port_of(url: str) -> int:

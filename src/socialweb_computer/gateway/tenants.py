@@ -56,8 +56,8 @@ class TenantPlane:
                 app, host=self._address, port=self.record.port, ssl_context=context
             )
             # default/kubernetes points at this listener, as kube-apiserver's endpoint reconciler does.
-            ip = "127.0.0.1" if self._address == "localhost" else self._address
-            await endpoints.publish_apiserver(self.cluster.store, ip, self.record.port)
+            await endpoints.publish_apiserver(self.cluster.store, app_mod.loopback_ip(self._address),
+                                              self.record.port)
         except BaseException:
             await self.stop()
             raise

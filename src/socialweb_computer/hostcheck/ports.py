@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import glob
 import json
 import os
-import socket
 
+from socialweb_computer.apiserver import app as app_mod
+from socialweb_computer.clusterprovider import layout
 from socialweb_computer.hostcheck import context
 
 TCP_LISTEN = "0A"
@@ -33,25 +33,15 @@ class Port:
 
 def planned(ctx: context.Context) -> list[tuple[str, int]]:
     ports = [("api", ctx.spec.api_port), ("admin", ctx.spec.admin_port)]
-    for path in sorted(glob.glob(os.path.join(glob.escape(ctx.state_path), "clusters", "*", "cluster.json"))):
+    state = layout.StateLayout(ctx.state_path)
+    for name in state.cluster_names():
+        # Read leniently (not layout.read_cluster): any record with a port says it is taken.
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            with open(path, encoding="utf-8") as f:
+            with open(os.path.join(state.cluster_dir(name), layout.CLUSTER_JSON), encoding="utf-8") as f:
                 record = json.load(f)
             if isinstance(record.get("port"), int):
-                ports.append((f"cluster {record.get('name') or os.path.basename(os.path.dirname(path))}",
-                              record["port"]))
+                ports.append((f"cluster {record.get('name') or name}", record["port"]))
     return ports
-
-
-def bind_error(address: str, port: int) -> OSError | None:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((address, port))
-        except OSError as e:
-            return e
-    return None
 
 
 def listening_inodes(proc: str, port: int) -> set[int]:
@@ -88,7 +78,7 @@ def holders(proc: str, inodes: set[int]) -> list[int]:
 def gateway_pid(ctx: context.Context) -> int | None:
     """The pid in this state directory's gateway.json, when that process is alive."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        with open(os.path.join(ctx.state_path, "gateway.json"), encoding="utf-8") as f:
+        with open(layout.StateLayout(ctx.state_path).gateway_json, encoding="utf-8") as f:
             pid = json.load(f).get("pid")
         if isinstance(pid, int) and pid > 0 and os.path.exists(os.path.join(ctx.proc, str(pid))):
             return pid
@@ -106,7 +96,7 @@ def _command(proc: str, pid: int) -> str:
 def judge(ctx: context.Context, label: str, number: int) -> Port:
     if number == 0:
         return Port(label, number, True, "is 0: the gateway picks a free port at start")
-    error = bind_error(ctx.spec.address, number)
+    error = app_mod.bind_error(ctx.spec.address, number)
     if error is None:
         return Port(label, number, True, "free")
     if error.errno != errno.EADDRINUSE:
@@ -124,7 +114,7 @@ def judge(ctx: context.Context, label: str, number: int) -> Port:
 
 def check(ctx: context.Context) -> context.Finding:
     address = ctx.spec.address
-    host = f"[{address}]" if ":" in address else address
+    host = app_mod.url_host(address)
     ports = [judge(ctx, label, number) for label, number in planned(ctx)]
     # Tenant clusters can be many: name them only when something is wrong with their port.
     shown = [p for p in ports if not p.ok or not p.label.startswith("cluster ")]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.hostops import HostOpsError, systemd
 from socialweb_computer.hostops import layout as layout_mod
@@ -27,8 +28,7 @@ REQUEST_TIMEOUT = 2.0
 
 def config_url(spec: spec_mod.GatewaySpec) -> str:
     """Where the gateway of `spec` serves /api/config."""
-    host = "127.0.0.1" if spec.address == "localhost" else spec.address
-    host = f"[{host}]" if ":" in host else host
+    host = app_mod.url_host(app_mod.loopback_ip(spec.address))
     return f"http://{host}:{spec.api_port}/api/config"
 
 
