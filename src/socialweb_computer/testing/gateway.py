@@ -12,10 +12,10 @@ adminPort 0, a free block of cluster ports) unless the spec says otherwise.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.testing import server as server_mod
 
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "socialweb_computer")
@@ -36,24 +37,14 @@ def free_port_block(size: int, *, low: int = 20000, high: int = 32000) -> tuple[
     """A run of `size` loopback ports that are free now, below the kernel's ephemeral range."""
     for _ in range(200):
         start = random.randrange(low, high - size)
-        if all(_free(port) for port in range(start, start + size)):
+        if all(app_mod.bind_error("127.0.0.1", port) is None for port in range(start, start + size)):
             return start, start + size - 1
     raise RuntimeError(f"no block of {size} free ports between {low} and {high}")
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def with_free_ports(spec: Mapping[str, Any], cluster_ports: int = 20) -> dict[str, Any]:
     """`spec` with any listen port it leaves out set to a free one."""
-    result = json.loads(json.dumps(spec))
+    result = copy.deepcopy(dict(spec))
     listen = result.setdefault("listen", {})
     listen.setdefault("apiPort", 0)
     listen.setdefault("adminPort", 0)
