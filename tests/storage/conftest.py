@@ -1,8 +1,13 @@
-"""Fixtures for the storage tests: one fresh backend per test, of each kind we ship."""
+"""Fixtures for the storage tests: one fresh backend per test, of each kind we ship.
+
+The etcd backend runs against a real etcd (one member on loopback, started once per
+session); each test gets its own key prefix on it, which is what "fresh" means there.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -10,15 +15,30 @@ import pytest
 # The contract suite's asserts live in the package; have pytest explain their failures.
 pytest.register_assert_rewrite("socialweb_computer.storage.contract")
 
-from socialweb_computer.storage import base, memory, sqlite  # noqa: E402
+from socialweb_computer import testing  # noqa: E402
+from socialweb_computer.storage import base, etcd, memory, sqlite  # noqa: E402
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testing.EtcdCluster]:
+    """One etcd member for the session; it never crashes, so it may skip fsync."""
+    with testing.EtcdCluster.start(tmp_path_factory.mktemp("etcd"), fsync=False) as cluster:
+        yield cluster
+
+
+def unique_prefix() -> str:
+    return f"/swc-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["sqlite", "memory", "etcd"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[base.Backend]:
-    store: sqlite.SqliteBackend
+    store: base.Backend
     if request.param == "sqlite":
         store = await sqlite.SqliteBackend.open(str(tmp_path / "store.db"))
-    else:
+    elif request.param == "memory":
         store = await memory.MemoryBackend.open()
+    else:
+        server: testing.EtcdCluster = request.getfixturevalue("etcd_server")
+        store = await etcd.EtcdBackend.open(server.endpoints, prefix=unique_prefix())
     yield store
     await store.close()

@@ -154,7 +154,7 @@ async def test_replay_in_chunks_then_live(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 async def test_watch_on_prefix_without_slash(backend: base.Backend) -> None:
-    w = await backend.watch("c/po", after_revision=0)
+    w = await backend.watch("c/po", after_revision=await backend.current_revision())
     await backend.create("c/pods/1", b"")
     await backend.create("c/svc/1", b"")
     await backend.create("c/po", b"")

@@ -23,6 +23,7 @@ from socialweb_computer.api import errors
 from socialweb_computer.apiserver import handlers
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import attributes, authn, impersonation, policy
+from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,22 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as e:
         return handlers.status_response(
             errors.StatusError(e.status, e.reason.replace(" ", ""), e.text or e.reason)
+        )
+    except storage.UnavailableError as e:
+        log.warning("%s %s: %s", request.method, request.path, e)
+        return handlers.status_response(
+            errors.StatusError(503, "ServiceUnavailable", f"storage is unavailable: {e}", retry_after=1)
+        )
+    except storage.OutcomeUnknownError as e:
+        log.warning("%s %s: %s", request.method, request.path, e)
+        return handlers.status_response(
+            errors.StatusError(
+                504,
+                "Timeout",
+                f"The server was unable to return a response in the time allotted, but may still be "
+                f"processing the request ({e}): read the object again before retrying",
+                retry_after=1,
+            )
         )
     except (ConnectionResetError, ConnectionError):
         raise

@@ -63,6 +63,17 @@ class FutureRevisionError(StorageError):
         self.current = current
 
 
+class UnavailableError(StorageError):
+    """The store cannot serve the request now (unreachable, no quorum, out of space); a write
+    that raises it was not applied. The API answers 503 and the client retries."""
+
+
+class OutcomeUnknownError(StorageError):
+    """The store did not confirm a write, which may or may not have been applied (the
+    connection broke mid-request). The API answers 504, as kube-apiserver does for a timeout:
+    the client reads the object again before it retries."""
+
+
 @dataclass(frozen=True, slots=True)
 class KeyValue:
     key: str

@@ -2,10 +2,13 @@
 
 Each backend's tests run all of `CHECKS` (tests/storage/test_sqlite.py parametrizes over
 them; `run_all` does the same without pytest). A check is `async def check_x(backend)`:
-it gets a fresh, empty backend whose background compaction will not fire during the
-check and whose watchers may fall at least 1000 events behind, and raises
-AssertionError on a violation. It lives in the package, not under tests/, so any future
-backend (etcd) can import it.
+it gets a fresh backend, empty under every key the check uses, whose background
+compaction will not fire during the check and whose watchers may fall at least 1000
+events behind, and raises AssertionError on a violation. A fresh backend's revision need
+not be 0: etcd's revision counts every write to the etcd cluster, so checks count from
+`current_revision()` at their start (and, with nothing else writing meanwhile, expect
+their own writes to take the next revisions in turn). It lives in the package, not
+under tests/, so every backend's tests import it.
 """
 
 from __future__ import annotations
@@ -59,15 +62,15 @@ def keys(result: base.ListResult) -> list[str]:
 
 
 async def check_create_get(b: base.Backend) -> None:
-    assert await b.current_revision() == 0
+    start = await b.current_revision()
     assert await b.get("c/x") is None
     w = await b.create("c/x", b"one")
-    assert w.kv == base.KeyValue("c/x", b"one", 1, 1)
+    assert w.kv == base.KeyValue("c/x", b"one", start + 1, start + 1)
     assert await b.get("c/x") == w.kv
-    assert await b.current_revision() == 1
+    assert await b.current_revision() == start + 1
     e = await expect_error(base.KeyExistsError, b.create("c/x", b"two"))
     assert e.key == "c/x"  # type: ignore[attr-defined]
-    assert await b.current_revision() == 1, "a failed write must not use a revision"
+    assert await b.current_revision() == start + 1, "a failed write must not use a revision"
     assert (await b.get("c/x")) == w.kv
 
 
@@ -113,10 +116,11 @@ async def check_delete_cas(b: base.Backend) -> None:
 
 
 async def check_revisions_are_global(b: base.Backend) -> None:
+    start = await b.current_revision()
     revs = [(await b.create(f"{cluster}/k", b"")).kv.mod_revision for cluster in ("a", "b", "c", "a0")]
-    assert revs == [1, 2, 3, 4]
-    assert (await b.delete("b/k")).revision == 5
-    assert await b.current_revision() == 5
+    assert revs == [start + 1, start + 2, start + 3, start + 4]
+    assert (await b.delete("b/k")).revision == start + 5
+    assert await b.current_revision() == start + 5
 
 
 # -- reads at a revision ----------------------------------------------------------------
@@ -232,7 +236,8 @@ async def check_count(b: base.Backend) -> None:
 
 
 async def check_prefix_isolation(b: base.Backend) -> None:
-    wa = await b.watch("a/", after_revision=0)
+    start = await b.current_revision()
+    wa = await b.watch("a/", after_revision=start)
     for name in ("a/1", "ab/1", "a0", "a/b/2", "ab/", "a", "b/a/1"):
         await b.create(name, b"")
     assert keys(await b.list("a/")) == ["a/1", "a/b/2"]
@@ -242,7 +247,7 @@ async def check_prefix_isolation(b: base.Backend) -> None:
     assert [e.kv.key for e in events] == ["a/1", "a/b/2"]
     await assert_no_event(wa)
     wa.close()
-    replay = await b.watch("a/", after_revision=0)
+    replay = await b.watch("a/", after_revision=start)
     assert [e.kv.key for e in await next_events(replay, 2)] == ["a/1", "a/b/2"]
     await assert_no_event(replay)
     replay.close()
@@ -262,10 +267,11 @@ async def check_watch_live_and_prev(b: base.Backend) -> None:
 
 
 async def check_watch_replay_equals_live(b: base.Backend) -> None:
-    live = await b.watch("c/", after_revision=0)
+    start = await b.current_revision()
+    live = await b.watch("c/", after_revision=start)
     expected = await _mixed_writes(b, random.Random(3), 60)
     from_live = await next_events(live, len(expected["c/"]))
-    replayed = await b.watch("c/", after_revision=0)
+    replayed = await b.watch("c/", after_revision=start)
     from_log = await next_events(replayed, len(expected["c/"]))
     assert from_live == from_log == expected["c/"]
     middle = expected["c/"][len(expected["c/"]) // 2].kv.mod_revision
@@ -280,6 +286,7 @@ async def check_watch_replay_equals_live(b: base.Backend) -> None:
 async def check_watch_no_gap_no_dup_under_concurrent_writes(b: base.Backend) -> None:
     """Watches started before and during a long run of writes, some replaying hundreds
     of revisions while the writes go on, each see exactly their events, once, in order."""
+    start = await b.current_revision()
     starts: list[tuple[str, int]] = []
     outs: list[list[base.Event]] = []
     watches: list[base.Watch] = []
@@ -298,11 +305,11 @@ async def check_watch_no_gap_no_dup_under_concurrent_writes(b: base.Backend) -> 
             rev = await b.current_revision()
             for prefix in ("c/", "", "d/x/"):
                 await open_watch(prefix, rev)
-                await open_watch(prefix, max(0, rev - 300))
+                await open_watch(prefix, max(start, rev - 300))
         await asyncio.sleep(0)  # let readers run between writes
 
     for prefix in ("c/", "", "d/"):
-        await open_watch(prefix, 0)
+        await open_watch(prefix, start)
     expected = await _mixed_writes(b, random.Random(11), 1500, on_write=on_write)
     for (prefix, after), out in zip(starts, outs, strict=True):
         want = [e for e in expected[prefix] if e.kv.mod_revision > after]
@@ -319,7 +326,7 @@ async def check_watch_no_gap_no_dup_under_concurrent_writes(b: base.Backend) -> 
 
 
 async def check_watch_close_ends_iteration(b: base.Backend) -> None:
-    w = await b.watch("c/", after_revision=0)
+    w = await b.watch("c/", after_revision=await b.current_revision())
     got: list[base.Event] = []
 
     async def consume() -> None:
@@ -348,6 +355,8 @@ async def check_watch_revision_errors(b: base.Backend) -> None:
 
 
 async def check_compaction(b: base.Backend) -> None:
+    compacted_before = await b.compacted_revision()
+    assert compacted_before <= await b.current_revision()
     a = await b.create("c/a", b"a1")
     a2 = await b.update("c/a", b"a2", expected_revision=a.kv.mod_revision)
     await b.create("c/b", b"b1")
@@ -355,7 +364,7 @@ async def check_compaction(b: base.Backend) -> None:
     c = await b.create("c/c", b"c1")
     mark = await b.current_revision()
     a3 = await b.update("c/a", b"a3", expected_revision=a2.kv.mod_revision)
-    assert await b.compacted_revision() == 0
+    assert await b.compacted_revision() == compacted_before
     await b.compact(mark)
     assert await b.compacted_revision() == mark
     # At the compacted revision everything still reads; below it nothing does.

@@ -7,9 +7,11 @@ Tests and benchmarks import from here rather than from the modules behind it:
         server.kubectl("get", "namespaces")
 
 `pki` makes throwaway mTLS certificates for stand-in servers (bench baseline, fakes).
+`EtcdCluster` runs real etcd members on loopback for the etcd backend's tests.
 """
 
 from socialweb_computer.testing import pki
+from socialweb_computer.testing.etcd import EtcdCluster, EtcdMissingError
 from socialweb_computer.testing.server import (
     ApiServerProcess,
     CommandError,
@@ -26,6 +28,8 @@ __all__ = [
     "CommandError",
     "CommandTimeout",
     "Credentials",
+    "EtcdCluster",
+    "EtcdMissingError",
     "ServerStartError",
     "ToolMissingError",
     "pki",
