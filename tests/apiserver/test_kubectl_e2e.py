@@ -77,10 +77,12 @@ def test_apply_get_describe_and_output_formats(
         yaml.safe_load(k("get", "-n", namespace, "cm", "demo", "-o", "yaml").stdout)["data"]["foo"] == "baz"
     )
     assert k("get", "-n", namespace, "cm", "demo", "-o", "jsonpath={.data.foo}").stdout == "baz"
+    # Every namespace also holds kube-root-ca.crt (the root CA publisher), as on any cluster.
     table = k("get", "-n", namespace, "cm").stdout.splitlines()
     assert table[0].split() == ["NAME", "DATA", "AGE"]
     assert table[1].split()[:2] == ["demo", "1"]
-    custom = k("get", "-n", namespace, "cm", "-o", "custom-columns=N:.metadata.name,F:.data.foo").stdout
+    columns = "custom-columns=N:.metadata.name,F:.data.foo"
+    custom = k("get", "-n", namespace, "cm", "demo", "-o", columns).stdout
     assert custom.split() == ["N", "F", "demo", "baz"]
     described = k("describe", "-n", namespace, "cm", "demo").stdout
     assert "Name:" in described and "demo" in described and "baz" in described
@@ -291,6 +293,7 @@ def test_get_watch_streams_changes(shared_apiserver: testing.ApiServerProcess, n
         watcher.terminate()
         out, _ = watcher.communicate(timeout=10)
     events = [tuple(line.split()[:2]) for line in out.splitlines() if line.strip()]
+    events = [e for e in events if e[1:] != ("kube-root-ca.crt",)]  # in every namespace, as upstream
     assert events == [("ADDED", "w1"), ("ADDED", "w2"), ("DELETED", "w1")]
 
 
@@ -471,4 +474,7 @@ def test_namespace_deletion_removes_its_contents(apiserver: testing.ApiServerPro
     k("patch", "-n", "doomed", "cm", "held", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
     k("wait", "--for=delete", "namespace/doomed", "--timeout=20s")
     k("create", "namespace", "doomed")
-    assert k("get", "cm,deploy", "-n", "doomed", "-o", "name").stdout.strip() == ""
+    # Only what a new namespace always holds (the root CA publisher's ConfigMap).
+    assert k("get", "cm,deploy", "-n", "doomed", "-o", "name").stdout.split() in (
+        [], ["configmap/kube-root-ca.crt"])
+    assert "configmap/held" not in k("get", "cm", "-n", "doomed", "-o", "name").stdout

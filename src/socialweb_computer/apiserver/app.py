@@ -2,10 +2,11 @@
 
 `build_app()` wires the handlers behind four middlewares, outermost first: errors (every
 failure leaves as a `Status`, never a traceback), authentication (the peer certificate,
-verified against this listener's ClientCA: 401 when it does not verify, anonymous when
-there is none), impersonation (`Impersonate-*` headers) and authorization (RBAC through
-the cluster's `auth.policy.ClusterPolicy`, 403 in the real server's words) — all before
-any handler touches the store. `serve()` binds a TLS listener; it refuses any address
+verified against this listener's ClientCA, or else a ServiceAccount bearer token: 401 when
+what is presented does not verify, anonymous when nothing is), impersonation
+(`Impersonate-*` headers) and authorization (RBAC through the cluster's
+`auth.policy.ClusterPolicy`, 403 in the real server's words) — all before any handler
+touches the store. `serve()` binds a TLS listener; it refuses any address
 that is not loopback, because loopback is the trust boundary of this system.
 """
 
@@ -22,7 +23,7 @@ from aiohttp import web
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import handlers
 from socialweb_computer.apiserver.cluster import LogicalCluster
-from socialweb_computer.auth import attributes, authn, impersonation, policy
+from socialweb_computer.auth import attributes, authn, identity, impersonation, policy, tokens
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -89,14 +90,32 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 @web.middleware
 async def authn_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """kube-apiserver's union: a verified client certificate wins; else a bearer token; else anonymous.
+
+    A credential that is presented and refused is a 401, never anonymous (union.NewFailOnError).
+    The token itself is never logged, only why it was refused.
+    """
     transport = request.transport
     ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
     der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    refused: str | None = None
     try:
-        request[attributes.USER] = request.app[AUTHENTICATOR].authenticate(der)
+        user = request.app[AUTHENTICATOR].authenticate(der)
     except authn.Unauthenticated as e:
-        log.info("Unable to authenticate the request due to an error: %s", e)
-        raise errors.unauthorized() from None
+        user, refused = identity.ANONYMOUS_USER, str(e)
+    token = authn.bearer_token(request.headers.get("Authorization", ""))
+    if user.is_anonymous and token is not None:
+        try:
+            user = (await request.app[handlers.CLUSTER].tokens.authenticate(token)).user
+            refused = None
+        except (tokens.NotOurs, tokens.TokenInvalid) as e:
+            reason = str(e) if isinstance(e, tokens.TokenInvalid) else ""
+            failures = [r for r in (refused, "invalid bearer token", reason) if r]
+            refused = failures[0] if len(failures) == 1 else f"[{', '.join(failures)}]"
+    if refused is not None:
+        log.info("Unable to authenticate the request due to an error: %s", refused)
+        raise errors.unauthorized()
+    request[attributes.USER] = user
     return await handler(request)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import admission, crds, namespaces, registry, store
-from socialweb_computer.auth import policy
+from socialweb_computer.auth import policy, serviceaccounts, tokens, tokensecrets
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,11 @@ SubresourceHandler = Callable[..., Awaitable[Any]]
 
 
 class LogicalCluster:
-    def __init__(self, name: str, backend: storage.Backend) -> None:
+    """`keys` sign its ServiceAccount tokens (in memory when None); `root_ca_pem` is the CA its
+    listener's certificate chains to, published to pods as `kube-root-ca.crt` (none: not published)."""
+
+    def __init__(self, name: str, backend: storage.Backend, *, keys: tokens.KeySet | None = None,
+                 root_ca_pem: bytes = b"") -> None:
         from socialweb_computer.apiserver import subresources
 
         self.name = name
@@ -32,6 +36,10 @@ class LogicalCluster:
         self.store = store.Store(name, backend, self.registry)
         self.crds = crds.CrdController(self.store)
         self.auth = policy.ClusterPolicy(self.store)
+        self.tokens = serviceaccounts.TokenService(self.store, keys or tokens.KeySet(None))
+        self.token_secrets = tokensecrets.TokenSecrets(self.store, self.tokens, root_ca_pem)
+        self.root_ca = tokensecrets.RootCAPublisher(self.store, root_ca_pem) if root_ca_pem else None
+        self.store.after_write.append(self._identity_writes)
         self.priority = admission.PriorityAdmission(self.store)
         self.namespaces = namespaces.NamespaceController(self.store)
         from socialweb_computer.controllers import manager as controllers
@@ -46,10 +54,16 @@ class LogicalCluster:
         await self.priority.start()
         await self._ensure_namespaces()
         await self.namespaces.start()
+        await self.token_secrets.start()
+        if self.root_ca is not None:
+            await self.root_ca.start()
         await self.controllers.start()
 
     async def close(self) -> None:
         await self.auth.close()
+        await self.token_secrets.close()
+        if self.root_ca is not None:
+            await self.root_ca.close()
         await self.controllers.close()
         await self.namespaces.close()
         await self.crds.close()
@@ -64,6 +78,12 @@ class LogicalCluster:
             except errors.StatusError as e:
                 if e.reason != "AlreadyExists":
                     raise
+
+    def _identity_writes(self, kind: Any, event: str, new: Any, old: Any) -> None:
+        if kind.group == "":
+            self.token_secrets.on_write(kind.plural, event, new, old)
+            if self.root_ca is not None:
+                self.root_ca.on_write(kind.plural, event, new, old)
 
     def openapi_cache(self, key: str, build: Callable[[], Any]) -> Any:
         """OpenAPI documents are rebuilt only when the set of kinds changes."""

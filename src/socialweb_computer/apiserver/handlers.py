@@ -26,6 +26,7 @@ from socialweb_computer.apiserver import (
     protobuf,
     reviews,
     subresources,
+    tokenrequest,
     validation,
 )
 from socialweb_computer.apiserver import requests as req
@@ -541,6 +542,8 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
         return json_response(discovery.version_info())
     if head == "openapi":
         return await handle_openapi(request, segments)
+    if tokenrequest.is_discovery_path(request.path):
+        return await tokenrequest.handle_discovery(request, _cluster(request))
     if head in ("api", "apis"):
         is_discovery = (head == "api" and len(segments) <= 2) or (head == "apis" and len(segments) <= 3)
         if is_discovery:

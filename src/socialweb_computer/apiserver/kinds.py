@@ -274,4 +274,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
         namespaced=False,
         verbs=_CREATE_ONLY,
     ),
+    _builtin(
+        "authentication.k8s.io", "v1", "TokenReview", "tokenreviews", namespaced=False, verbs=_CREATE_ONLY
+    ),
 )

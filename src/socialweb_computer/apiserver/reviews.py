@@ -3,7 +3,8 @@
 SelfSubjectAccessReview (`kubectl auth can-i`), SelfSubjectRulesReview
 (`kubectl auth can-i --list`), SelfSubjectReview (`kubectl auth whoami`),
 SubjectAccessReview and LocalSubjectAccessReview (for callers allowed to ask about
-others). Decisions come from the cluster's `auth.policy.ClusterPolicy`, so a review
+others), and TokenReview (answered by `tokenrequest.token_review`). Decisions come from
+the cluster's `auth.policy.ClusterPolicy`, so a review
 answers exactly what the authorization middleware would decide. Replies are the real
 server's: 201, the request echoed with `status` filled in (allowed, denied, reason,
 evaluationError), validation failures as 422 in its wording. Called by
@@ -39,6 +40,13 @@ async def handle(
 ) -> web.StreamResponse:
     from socialweb_computer.apiserver import handlers
 
+    if (kind.group, kind.kind) == ("authentication.k8s.io", "TokenReview"):
+        from socialweb_computer.apiserver import tokenrequest
+
+        if request.method != "POST" or rr.name:
+            raise errors.method_not_allowed()
+        body, _ = await decode(request)
+        return handlers.json_response(await tokenrequest.token_review(cluster, kind, body), 201)
     review = _REVIEWS.get((kind.group, kind.kind))
     if review is None:
         raise errors.StatusError(

@@ -1,5 +1,5 @@
-"""Subresources with their own shape: scale (autoscaling/v1 Scale), binding and eviction
-(`eviction.py`).
+"""Subresources with their own shape: scale (autoscaling/v1 Scale), binding, eviction
+(`eviction.py`) and serviceaccounts/token (`tokenrequest.py`).
 
 Status is handled generically by the handlers; streaming subresources (log, exec,
 attach) arrive with the node agent.
@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from socialweb_computer.api import errors, objects
-from socialweb_computer.apiserver import eviction, kinds, schemas
+from socialweb_computer.apiserver import eviction, kinds, schemas, tokenrequest
 from socialweb_computer.apiserver import requests as req
 from socialweb_computer.apiserver import store as store_mod
 
@@ -187,4 +187,5 @@ async def handle_binding_kind(
     )
 
 
-HANDLERS = {"scale": handle_scale, "binding": handle_binding, "eviction": eviction.handle_eviction}
+HANDLERS = {"scale": handle_scale, "binding": handle_binding, "eviction": eviction.handle_eviction,
+            "token": tokenrequest.handle_token}

@@ -184,6 +184,14 @@ class ClientCertAuthenticator:
         raise Unauthenticated("x509: certificate signed by unknown authority")
 
 
+def bearer_token(authorization: str) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header (bearertoken.New); None without one."""
+    parts = authorization.strip().split(" ", 2)
+    if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
+        return None
+    return parts[1]
+
+
 def _check_client_auth(cert: x509.Certificate) -> None:
     # Go's verifier: no ExtendedKeyUsage extension means any usage; otherwise clientAuth
     # (or anyExtendedKeyUsage) must be listed.

@@ -4,7 +4,9 @@ cluster-admin (bound to system:masters); admin, edit and view as aggregating rol
 system:aggregate-to-{admin,edit,view}; system:basic-user (access reviews and whoami for
 every authenticated user); system:discovery (API discovery for authenticated users);
 system:public-info-viewer (health and /version, also for anonymous requests);
-system:monitoring. Each carries `kubernetes.io/bootstrapping: rbac-defaults` and
+system:monitoring; system:auth-delegator (TokenReview and SubjectAccessReview, unbound);
+system:service-account-issuer-discovery (the OIDC documents, for every ServiceAccount).
+Each carries `kubernetes.io/bootstrapping: rbac-defaults` and
 `rbac.authorization.kubernetes.io/autoupdate: "true"`. The roles of control-plane
 components that do not exist here (kubelet, scheduler, controllers) are left out.
 
@@ -206,6 +208,15 @@ _CLUSTER_ROLES: tuple[tuple[str, dict[str, str], str, tuple[Object, ...]], ...] 
         ),
     ),
     (
+        "system:auth-delegator",
+        {},
+        "",
+        (
+            _rule(("authentication.k8s.io",), ("tokenreviews",), ("create",)),
+            _rule(("authorization.k8s.io",), ("subjectaccessreviews",), ("create",)),
+        ),
+    ),
+    (
         "system:basic-user",
         {},
         "",
@@ -265,6 +276,21 @@ _CLUSTER_ROLES: tuple[tuple[str, dict[str, str], str, tuple[Object, ...]], ...] 
         "",
         (_urls(("/healthz", "/livez", "/readyz", "/version", "/version/")),),
     ),
+    (
+        "system:service-account-issuer-discovery",
+        {},
+        "",
+        (
+            _urls(
+                (
+                    "/.well-known/openid-configuration",
+                    "/.well-known/openid-configuration/",
+                    "/openid/v1/jwks",
+                    "/openid/v1/jwks/",
+                )
+            ),
+        ),
+    ),
     ("view", {AGGREGATE_TO + "edit": "true"}, "view", ()),
 )
 
@@ -275,6 +301,7 @@ _CLUSTER_ROLE_BINDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("system:discovery", ("system:authenticated",)),
     ("system:monitoring", ("system:monitoring",)),
     ("system:public-info-viewer", ("system:authenticated", "system:unauthenticated")),
+    ("system:service-account-issuer-discovery", ("system:serviceaccounts",)),
 )
 
 

@@ -34,7 +34,7 @@ AGGREGATION_MANAGER = "clusterrole-aggregation-controller"
 SERVICE_ACCOUNT_MANAGER = "kube-controller-manager"
 
 
-class _Tasks:
+class BackgroundTasks:
     """Background tasks started outside any request's context."""
 
     def __init__(self) -> None:
@@ -80,7 +80,7 @@ class Aggregator:
         self.index = index
         self.kind = store.registry.lookup(rbac.GROUP, "v1", rbac.CLUSTER_ROLES)
         self._dirty = asyncio.Event()
-        self._tasks = _Tasks()
+        self._tasks = BackgroundTasks()
         self._running = False
 
     def changed(self) -> None:
@@ -135,7 +135,7 @@ class DefaultServiceAccounts:
         self.store = store
         self.namespaces = store.registry.lookup("", "v1", "namespaces")
         self.kind = store.registry.lookup("", "v1", "serviceaccounts")
-        self._tasks = _Tasks()
+        self._tasks = BackgroundTasks()
 
     async def start(self) -> None:
         listed = await self.store.list(self.namespaces, "", store_mod.ListOptions())

@@ -53,7 +53,8 @@ async def serve(args: argparse.Namespace) -> None:
     backend = await sqlite.SqliteBackend.open(os.path.join(state_dir, "state.db"),
                                               history_limit=args.history_limit,
                                               compact_interval=args.compact_interval)
-    cluster = LogicalCluster(CLUSTER_NAME, backend)
+    cluster = LogicalCluster(CLUSTER_NAME, backend, keys=plane.token_keys(),
+                             root_ca_pem=plane.serving_ca_pem())
     await cluster.start()
     # Everything loaded so far (schemas, tables, bootstrap objects) lives as long as the process:
     # keeping it out of the cyclic collector's full passes removed 15-40 ms pauses from list and watch tails.
@@ -63,8 +64,9 @@ async def serve(args: argparse.Namespace) -> None:
     authenticator = authn.ClientCertAuthenticator.from_pem_file(plane.client_ca)
     runner, port = await app_mod.serve(app_mod.build_app(cluster, authenticator=authenticator),
                                        host=args.host, port=args.port, ssl_context=context)
-    await endpoints.publish_apiserver(cluster.store, app_mod.loopback_ip(args.host), port)
     url = f"https://{app_mod.url_host(args.host)}:{port}"
+    cluster.tokens.issuer = url  # ServiceAccount tokens name the URL that serves their keys
+    await endpoints.publish_apiserver(cluster.store, app_mod.loopback_ip(args.host), port)
     kubeconfig_path = os.path.join(state_dir, "admin.kubeconfig")
     plane.write_admin_kubeconfig(kubeconfig_path, context="socialweb-computer", server=url)
     print(f"socialweb-computer apiserver serving {url}", flush=True)

@@ -1,6 +1,7 @@
-"""`socialweb-computer credential mint`: the tenant credential, with flags and an optional kubeconfig.
+"""`socialweb-computer credential`: `mint` (the tenant credential, with flags and an optional
+kubeconfig) and `rotate-service-account-key` (a cluster's token signing keys, auth.tokens).
 
-The same operation as `internal tenantcredential` (clusterprovider), friendlier for a
+`mint` is the same operation as `internal tenantcredential` (clusterprovider), friendlier for a
 person at a shell: the server defaults to the cluster's own URL, and `--kubeconfig`
 also writes a ready kubeconfig (0600) that embeds the three files.
 """
@@ -61,6 +62,28 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--kubeconfig", metavar="FILE", help="also write a kubeconfig using the credential to FILE"
     )
     m.set_defaults(run=run_mint)
+    r = inner.add_parser(
+        "rotate-service-account-key",
+        help="make a new key sign a cluster's ServiceAccount tokens (the old ones keep verifying)",
+        description="Add a new ServiceAccount signing key to a cluster's state; it signs every token "
+        "issued from then on, and a running gateway or apiserver picks it up within a request. Tokens "
+        "signed by the earlier keys stay valid, because those keys keep verifying (and stay in the "
+        "JWKS document) until you pass --retire, which removes every key but the newest: tokens "
+        "they signed, including legacy Secret tokens, then get 401.",
+    )
+    r.add_argument(
+        "--state-dir",
+        default=os.environ.get("SOCIALWEB_GATEWAY_STATE_DIR"),
+        help="the gateway's (or a development apiserver's) state directory "
+        "(default: $SOCIALWEB_GATEWAY_STATE_DIR)",
+    )
+    r.add_argument(
+        "--cluster", help="a tenant Cluster's name; without it, the state directory's own plane "
+        "(the gateway's admin plane, or a development apiserver)"
+    )
+    r.add_argument("--retire", action="store_true",
+                   help="instead of adding a key, remove all keys but the newest")
+    r.set_defaults(run=run_rotate)
 
 
 def run_mint(args: argparse.Namespace) -> int:
@@ -112,4 +135,31 @@ def run_mint(args: argparse.Namespace) -> int:
                 key_pem=key.read(),
             )
         print(f"wrote {args.kubeconfig}: kubectl --kubeconfig {args.kubeconfig} get pods -n <namespace>")
+    return 0
+
+
+def run_rotate(args: argparse.Namespace) -> int:
+    from socialweb_computer.cli.main import CommandError
+
+    if not args.state_dir:
+        raise CommandError("no state directory: pass --state-dir (the gateway's --state-dir)")
+    state = layout.StateLayout(args.state_dir)
+    if args.cluster:
+        if state.read_cluster(args.cluster) is None:
+            known = ", ".join(state.cluster_names()) or "none"
+            raise CommandError(f"--cluster: no cluster {args.cluster!r} in {state.root} (clusters there: "
+                               f"{known}). Use a name from `kubectl get clusters` on the admin plane.")
+        plane = state.cluster_pki(args.cluster)
+    else:
+        plane = state.admin_pki
+    if not os.path.isdir(plane.directory):
+        raise CommandError(f"--state-dir: {plane.directory} does not exist; pass the state directory of a "
+                           "gateway or apiserver that has started at least once.")
+    keys = plane.token_keys()
+    if args.retire:
+        retired = keys.retire()
+        print(f"retired {len(retired)} key(s); {keys.signing_key.kid} signs and alone verifies")
+        return 0
+    key = keys.rotate()
+    print(f"new signing key {key.kid}; {len(keys.keys()) - 1} earlier key(s) keep verifying")
     return 0

@@ -6,7 +6,8 @@
     <state>/pki/                      the admin plane's CAs and certificates
     <state>/clusters/<name>/          one tenant cluster:
         cluster.json                  name, uid of its Cluster object, port, url
-        pki/                          its serving CA, ClientCA, serving and admin certificates
+        pki/                          its serving CA, ClientCA, serving and admin certificates,
+          service-account-keys/       the keys that sign its ServiceAccount tokens (0600 each)
         admin.kubeconfig              system:admin in system:masters on the tenant (0600)
 
 A cluster directory is prepared under a temporary name and renamed into place, so it
@@ -25,7 +26,7 @@ import tempfile
 
 import orjson
 
-from socialweb_computer.auth import kubeconfig, pki
+from socialweb_computer.auth import kubeconfig, pki, tokens
 
 GATEWAY_JSON = "gateway.json"
 ADMIN_KUBECONFIG = "admin.kubeconfig"
@@ -65,6 +66,18 @@ class PlanePki:
     def serving_key(self) -> str:
         return self.path("serving.key")
 
+    @property
+    def service_account_keys(self) -> str:
+        """The directory of the keys that sign the cluster's ServiceAccount tokens (auth.tokens)."""
+        return self.path(tokens.KEYS_DIRECTORY)
+
+    def token_keys(self) -> tokens.KeySet:
+        return tokens.KeySet.ensure(self.service_account_keys)
+
+    def serving_ca_pem(self) -> bytes:
+        with open(self.serving_ca, "rb") as f:
+            return f.read()
+
     def ensure(self, *, sync: bool = True) -> None:
         """Mint (once) the serving CA, ClientCA, serving certificate and admin client certificate."""
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
@@ -74,6 +87,7 @@ class PlanePki:
         self._ensure_pair(
             "admin", lambda: pki.new_client_cert(client_ca, "system:admin", ("system:masters",)), sync
         )
+        tokens.KeySet.ensure(self.service_account_keys, sync=sync)
 
     def _ensure_pair(self, stem: str, mint: object, sync: bool) -> pki.KeyPair:
         crt, key = self.path(f"{stem}.crt"), self.path(f"{stem}.key")

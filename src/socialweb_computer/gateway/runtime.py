@@ -80,7 +80,10 @@ class Gateway:
             history_limit=self.spec.history_limit,
             compact_interval=self.spec.compact_interval,
         )
-        self._admin = LogicalCluster(ADMIN_PLANE, self._backend)
+        plane = self.state.admin_pki
+        plane.ensure()
+        self._admin = LogicalCluster(ADMIN_PLANE, self._backend, keys=plane.token_keys(),
+                                     root_ca_pem=plane.serving_ca_pem())
         await self._admin.start()
         self._kind = await resource.ensure_definition(self._admin.store)
         admin_port = await self._serve_admin_plane()
@@ -116,7 +119,6 @@ class Gateway:
     async def _serve_admin_plane(self) -> int:
         assert self._admin is not None
         plane = self.state.admin_pki
-        plane.ensure()
         context = app_mod.server_ssl_context(plane.serving_cert, plane.serving_key, plane.client_ca)
         authenticator = authn.ClientCertAuthenticator.from_pem_file(plane.client_ca)
         with _listening("admin plane", "listen.adminPort", self.spec.address, self.spec.admin_port):
@@ -128,6 +130,7 @@ class Gateway:
             )
         self._runners.append(runner)
         self.admin_url = f"https://{app_mod.url_host(self.spec.address)}:{port}"
+        self._admin.tokens.issuer = self.admin_url
         plane.write_admin_kubeconfig(
             self.state.admin_kubeconfig, context=ADMIN_CONTEXT, server=self.admin_url
         )

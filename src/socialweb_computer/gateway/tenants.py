@@ -35,7 +35,9 @@ class TenantPlane:
         on_nodes_changed: Callable[[str], None],
     ) -> None:
         self.record = record
-        self.cluster = LogicalCluster(record.name, backend)
+        self.cluster = LogicalCluster(record.name, backend, keys=plane.token_keys(),
+                                      root_ca_pem=plane.serving_ca_pem())
+        self.cluster.tokens.issuer = record.url
         self._plane = plane
         self._address = address
         self._runner: web.AppRunner | None = None
