@@ -8,7 +8,6 @@ from the method and query, and calls the cluster's `Store`. Every failure leaves
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
@@ -28,6 +27,7 @@ from socialweb_computer.apiserver import (
     subresources,
     tokenrequest,
     validation,
+    watching,
 )
 from socialweb_computer.apiserver import requests as req
 from socialweb_computer.apiserver import store as store_mod
@@ -452,80 +452,68 @@ async def _watch(request: web.Request, kind: kinds.KindInfo, namespace: str) -> 
         raise errors.bad_request("resourceVersionMatch is forbidden for watch")
     timeout = req.int_query(request, "timeoutSeconds")
     table_version = printers.negotiate_table(request.headers.get("Accept", ""))
-    include = _include_object(request) if table_version else "Metadata"
-    headers_sent = False
+    table = watching.TableFormat(table_version, _include_object(request)) if table_version else None
     try:
-        events = await store.watch(kind, namespace, options, send_initial_events=send_initial)
+        stream = await store.watch(kind, namespace, options, send_initial_events=send_initial, table=table)
     except errors.StatusError as e:
         if e.code != 410:
             raise
-        events = None
-        expired = e
-    response = web.StreamResponse(
-        status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"}
-    )
-    response.enable_chunked_encoding()
-    await response.prepare(request)
-    if events is None:
-        await response.write(orjson.dumps({"type": "ERROR", "object": expired.to_status()}) + b"\n")
-        return response
-
-    deadline = asyncio.get_running_loop().time() + timeout if timeout else None
-    last_revision = int(options.resource_version or 0) if (options.resource_version or "0").isdigit() else 0
-    iterator = events.__aiter__()
-    next_event: asyncio.Task[store_mod.WatchEvent] | None = None
+        stream, expired = None, e
     try:
-        while True:
-            wait = BOOKMARK_INTERVAL if bookmarks else None
-            if deadline is not None:
-                remaining = deadline - asyncio.get_running_loop().time()
-                if remaining <= 0:
-                    break
-                wait = remaining if wait is None else min(wait, remaining)
-            if next_event is None:
-                next_event = asyncio.ensure_future(iterator.__anext__())
-            done, _ = await asyncio.wait({next_event}, timeout=wait)
-            if not done:
-                if bookmarks and last_revision:
-                    event = store.bookmark(kind, last_revision)
-                    await response.write(orjson.dumps({"type": "BOOKMARK", "object": event.object}) + b"\n")
-                continue
-            try:
-                event = next_event.result()
-            except StopAsyncIteration:
-                break
-            except errors.StatusError as e:
-                await response.write(orjson.dumps({"type": "ERROR", "object": e.to_status()}) + b"\n")
-                break
-            except Exception as e:
-                from socialweb_computer.storage import base as storage
-
-                if isinstance(e, storage.StorageError):
-                    status = errors.gone(f"watch ended: {e}; re-list to continue").to_status()
-                    await response.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
-                    break
-                raise
-            finally:
-                if next_event.done():
-                    next_event = None
-            last_revision = max(last_revision, event.revision)
-            if event.type == "BOOKMARK" and not bookmarks:
-                continue
-            obj = event.object
-            if table_version and event.type not in ("BOOKMARK", "ERROR"):
-                # Like a real server: column definitions go with the first event only.
-                obj = printers.build_table(
-                    kind, [obj], include_object=include, no_headers=headers_sent, table_version=table_version
-                )
-                headers_sent = True
-            await response.write(orjson.dumps({"type": event.type, "object": obj}) + b"\n")
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"}
+        )
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        if stream is None:
+            await response.write(_error_line(expired))
+        else:
+            await _stream(response, stream, timeout=timeout, bookmarks=bookmarks)
     finally:
-        if next_event is not None:
-            next_event.cancel()
-            with contextlib.suppress(BaseException):
-                await next_event
-        await events.aclose()  # type: ignore[attr-defined]
+        if stream is not None:
+            stream.close()
     return response
+
+
+async def _stream(
+    response: web.StreamResponse, stream: watching.WatchStream, *, timeout: int | None, bookmarks: bool
+) -> None:
+    """Write the stream's chunks until it ends, `timeoutSeconds` pass, or the client goes.
+
+    One timer runs at a time, for the deadline or the next bookmark (once the stream has been
+    quiet for BOOKMARK_INTERVAL); it is set again only when it fires, so a busy stream pays
+    for no timer, no task and no wait per event or per chunk. Cancelling a write waiting for
+    the client to drain its socket is safe: the chunk is queued whole before the wait."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout if timeout else None
+    last_write = loop.time()
+    while True:
+        wake = deadline
+        if bookmarks:
+            due = last_write + BOOKMARK_INTERVAL
+            wake = due if wake is None else min(wake, due)
+        try:
+            async with asyncio.timeout_at(wake):
+                while True:
+                    chunk = await stream.next_chunk()
+                    if chunk is None:
+                        return
+                    await response.write(chunk)
+                    last_write = loop.time()
+        except TimeoutError:
+            now = loop.time()
+            if deadline is not None and now >= deadline:
+                return
+            if bookmarks and now - last_write >= BOOKMARK_INTERVAL and stream.revision:
+                await response.write(stream.bookmark())
+                last_write = now
+        except errors.StatusError as e:
+            await response.write(_error_line(e))
+            return
+
+
+def _error_line(error: errors.StatusError) -> bytes:
+    return orjson.dumps({"type": "ERROR", "object": error.to_status()}) + b"\n"
 
 
 # --------------------------------------------------------------------------- entry

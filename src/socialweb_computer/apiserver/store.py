@@ -14,11 +14,12 @@ from the revision of the last write when it reads.
 from __future__ import annotations
 
 import base64
+import contextlib
 import contextvars
 import copy
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -32,9 +33,11 @@ from socialweb_computer.apiserver import (
     patching,
     schemas,
     selectors,
+    stored,
     strategies,
     structural,
     validation,
+    watching,
 )
 from socialweb_computer.apiserver import registry as registry_mod
 from socialweb_computer.apiserver.patching import apply as ssa
@@ -88,13 +91,6 @@ class WriteResult:
     warnings: list[str] = dataclasses.field(default_factory=list)
 
 
-@dataclasses.dataclass
-class WatchEvent:
-    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
-    object: Object
-    revision: int
-
-
 class Filter:
     """Label and field selectors of one list or watch request, validated for the kind."""
 
@@ -114,20 +110,7 @@ class Filter:
         return self.fields is None or self.fields.matches(obj)
 
 
-def encode(obj: Object) -> bytes:
-    meta = obj.get("metadata", {})
-    rv = meta.pop("resourceVersion", None)
-    try:
-        return orjson.dumps(obj)
-    finally:
-        if rv is not None:
-            meta["resourceVersion"] = rv
-
-
-def decode(kv: storage.KeyValue) -> Object:
-    obj = orjson.loads(kv.value)
-    obj.setdefault("metadata", {})["resourceVersion"] = str(kv.mod_revision)
-    return obj
+decode = stored.decode
 
 
 def drop_nulls(value: Any) -> None:
@@ -172,6 +155,17 @@ def decode_continue(token: str, prefix: str) -> tuple[int, str]:
     return revision, start
 
 
+@contextlib.contextmanager
+def _revision_errors() -> Iterator[None]:
+    """A revision outside the kept history: 410 Expired below it, 504 beyond the head."""
+    try:
+        yield
+    except storage.CompactedError as e:
+        raise errors.gone(f"too old resource version: {e.requested} ({e.compacted})") from None
+    except storage.FutureRevisionError:
+        raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}) from None
+
+
 _CONTINUE_EXPIRED = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new "
     "list without the continue parameter, or use the continue token in this response to retrieve the "
@@ -195,6 +189,7 @@ class Store:
         # and written (old is None on create); admission checks such as RBAC escalation
         # prevention raise StatusError here to refuse the write.
         self.before_write: list[Callable[[kinds.KindInfo, Object, Object | None], None]] = []
+        self._event_cache: watching.EventCache | None = None
 
     # ---------------------------------------------------------------- helpers
 
@@ -269,14 +264,8 @@ class Store:
         self, kind: kinds.KindInfo, namespace: str, name: str, *, resource_version: str = ""
     ) -> Object:
         revision = _parse_rv(resource_version) if resource_version not in ("", "0") else 0
-        try:
+        with _revision_errors():
             kv = await self.backend.get(self.key(kind, namespace, name), revision=revision)
-        except storage.CompactedError as e:
-            raise errors.gone(f"too old resource version: {e.requested} ({e.compacted})") from None
-        except storage.FutureRevisionError:
-            raise StatusError(
-                504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}
-            ) from None
         if kv is None:
             raise errors.not_found(kind.plural, name, kind.group)
         return self._finish(kind, decode(kv))
@@ -392,7 +381,8 @@ class Store:
                 raise errors.already_exists(kind.plural, meta["name"], kind.group)
             return WriteResult(self._finish(kind, obj), created=True, warnings=warnings)
         try:
-            written = await self.backend.create(self.key(kind, namespace, meta["name"]), encode(obj))
+            key = self.key(kind, namespace, meta["name"])
+            written = await self.backend.create(key, stored.encode(obj, kind))
         except storage.KeyExistsError:
             raise errors.already_exists(kind.plural, meta["name"], kind.group) from None
         meta["resourceVersion"] = str(written.kv.mod_revision)
@@ -599,7 +589,9 @@ class Store:
             self._finish(kind, new)
             self._notify(kind, "DELETED", None, new)
             return WriteResult(new)
-        written = await self.backend.update(kv.key, encode(new), expected_revision=kv.mod_revision)
+        written = await self.backend.update(
+            kv.key, stored.encode(new, kind), expected_revision=kv.mod_revision
+        )
         meta["resourceVersion"] = str(written.kv.mod_revision)
         self._finish(kind, new)
         self._notify(kind, "MODIFIED", new, old)
@@ -777,7 +769,9 @@ class Store:
             new.setdefault("spec", {})["nodeName"] = node
             new.setdefault("status", {})["conditions"] = conditions
             try:
-                written = await self.backend.update(kv.key, encode(new), expected_revision=kv.mod_revision)
+                written = await self.backend.update(
+            kv.key, stored.encode(new, kind), expected_revision=kv.mod_revision
+        )
             except storage.RevisionMismatchError:
                 continue
             new["metadata"]["resourceVersion"] = str(written.kv.mod_revision)
@@ -845,7 +839,9 @@ class Store:
             if options.dry_run:
                 return obj, 202 if graceful else 200
             try:
-                written = await self.backend.update(kv.key, encode(obj), expected_revision=kv.mod_revision)
+                written = await self.backend.update(
+                    kv.key, stored.encode(obj, kind), expected_revision=kv.mod_revision
+                )
             except (storage.RevisionMismatchError, storage.KeyNotFoundError):
                 continue
             meta["resourceVersion"] = str(written.kv.mod_revision)
@@ -905,6 +901,23 @@ class Store:
 
     # ---------------------------------------------------------------- watch
 
+    def event_cache(self) -> watching.EventCache:
+        """Rendered watch events shared by this cluster's watchers (made on the first watch)."""
+        if self._event_cache is None:
+            self._event_cache = watching.EventCache()
+        return self._event_cache
+
+    async def read_page(
+        self, prefix: str, *, start_after: str, revision: int, limit: int
+    ) -> storage.ListResult:
+        """One page of a list or of a watch's initial objects, storage errors as the API's."""
+        with _revision_errors():
+            return await self.backend.list(prefix, start_after=start_after, revision=revision, limit=limit)
+
+    async def open_watch(self, prefix: str, revision: int) -> storage.Watch:
+        with _revision_errors():
+            return await self.backend.watch(prefix, after_revision=revision)
+
     async def watch(
         self,
         kind: kinds.KindInfo,
@@ -912,89 +925,29 @@ class Store:
         options: ListOptions,
         *,
         send_initial_events: bool | None = None,
-    ) -> AsyncIterator[WatchEvent]:
-        """Events for one watch request.
+        table: watching.TableFormat | None = None,
+    ) -> watching.WatchStream:
+        """The stream of one watch request.
 
         No resourceVersion (or "0"): the current objects arrive first as ADDED, then changes.
         A resourceVersion N: changes after N only (410 Expired if N is compacted away).
         sendInitialEvents=true: the current objects, then a BOOKMARK marking their end.
+        The first page of the current objects, or the storage watch, is read here, so what
+        cannot start fails before the response does.
         """
         flt = Filter(kind, options.label_selector, options.field_selector)
         prefix = keys.collection_prefix(self.cluster, kind, namespace)
         rv = options.resource_version
         initial = send_initial_events if send_initial_events is not None else rv in ("", "0")
-        start = 0
-        if rv not in ("", "0"):
-            start = _parse_rv(rv)
+        start = _parse_rv(rv) if rv not in ("", "0") else 0
+        first_page: storage.ListResult | None = None
+        watch: storage.Watch | None = None
         if initial:
-            listed = await self.list(
-                kind,
-                namespace,
-                ListOptions(
-                    label_selector=options.label_selector,
-                    field_selector=options.field_selector,
-                    resource_version=rv if send_initial_events else "",
-                ),
-            )
-            start = int(listed["metadata"]["resourceVersion"])
-            initial_items = listed["items"]
+            if send_initial_events and start and start > await self.backend.current_revision():
+                raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1})
+            first_page = await self.read_page(prefix, start_after="", revision=0, limit=watching.INITIAL_PAGE)
+            start = first_page.revision
         else:
-            initial_items = []
-        try:
-            watch = await self.backend.watch(prefix, after_revision=start)
-        except storage.CompactedError as e:
-            raise errors.gone(f"too old resource version: {e.requested} ({e.compacted})") from None
-        except storage.FutureRevisionError:
-            raise StatusError(
-                504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}
-            ) from None
-        return self._watch_events(kind, flt, watch, initial_items, start, bool(send_initial_events))
-
-    async def _watch_events(
-        self,
-        kind: kinds.KindInfo,
-        flt: Filter,
-        watch: storage.Watch,
-        initial_items: list[Object],
-        start: int,
-        mark_end: bool,
-    ) -> AsyncIterator[WatchEvent]:
-        try:
-            for item in initial_items:
-                yield WatchEvent("ADDED", self._finish(kind, item), start)
-            if mark_end:
-                yield WatchEvent("BOOKMARK", self._bookmark(kind, start, initial_end=True), start)
-            async for event in watch:
-                converted = self._convert_event(kind, flt, event)
-                if converted is not None:
-                    yield converted
-        finally:
-            watch.close()
-
-    def _bookmark(self, kind: kinds.KindInfo, revision: int, *, initial_end: bool = False) -> Object:
-        meta: dict[str, Any] = {"resourceVersion": str(revision)}
-        if initial_end:
-            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return {"kind": kind.kind, "apiVersion": kind.api_version, "metadata": meta}
-
-    def bookmark(self, kind: kinds.KindInfo, revision: int) -> WatchEvent:
-        return WatchEvent("BOOKMARK", self._bookmark(kind, revision), revision)
-
-    def _convert_event(self, kind: kinds.KindInfo, flt: Filter, event: storage.Event) -> WatchEvent | None:
-        revision = event.kv.mod_revision
-        if event.type is storage.EventType.DELETE:
-            obj = decode(event.kv)
-            return WatchEvent("DELETED", self._finish(kind, obj), revision) if flt.matches(obj) else None
-        new = decode(event.kv)
-        if event.prev is None:
-            return WatchEvent("ADDED", self._finish(kind, new), revision) if flt.matches(new) else None
-        if flt.empty:
-            return WatchEvent("MODIFIED", self._finish(kind, new), revision)
-        old_matches, new_matches = flt.matches(decode(event.prev)), flt.matches(new)
-        if old_matches and new_matches:
-            return WatchEvent("MODIFIED", self._finish(kind, new), revision)
-        if new_matches:
-            return WatchEvent("ADDED", self._finish(kind, new), revision)
-        if old_matches:
-            return WatchEvent("DELETED", self._finish(kind, new), revision)
-        return None
+            watch = await self.open_watch(prefix, start)
+        return watching.WatchStream(self, kind, flt, prefix, start, initial=first_page,
+                                    mark_end=bool(send_initial_events), watch=watch, table=table)

@@ -113,9 +113,15 @@ class Deleted:
 
 
 class Watch(Protocol):
-    """An open watch. Iterate for events; `close()` ends it (also ends the iteration)."""
+    """An open watch. Iterate for events, or take them in batches; `close()` ends it (also
+    ends the iteration)."""
 
     def __aiter__(self) -> AsyncIterator[Event]: ...
+
+    async def batch(self, limit: int) -> list[Event]:
+        """Every event ready now, oldest first, at most `limit` (>= 1); waits until there is
+        at least one. An empty list means the watch is closed. Raises what iteration raises.
+        Cancelling the wait loses no event, so a caller may bound it with a timeout."""
 
     def close(self) -> None: ...
 

@@ -342,6 +342,37 @@ async def check_watch_close_ends_iteration(b: base.Backend) -> None:
     await b.create("c/y", b"")  # writes after close go nowhere and do not fail
 
 
+async def check_watch_batch(b: base.Backend) -> None:
+    """`batch` hands over what is ready, oldest first and at most `limit`; a cancelled wait
+    loses nothing; a closed watch gives []. Replay and live events batch alike."""
+    start = await b.current_revision()
+    first = await b.create("c/a", b"1")
+    w = await b.watch("c/", after_revision=start)
+    assert await asyncio.wait_for(w.batch(10), TIMEOUT) == [put(first.kv)]
+    waiting = asyncio.create_task(w.batch(10))
+    await asyncio.sleep(0.01)
+    assert not waiting.done(), "batch waits for an event"
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    writes = [(await b.create(f"c/{i}", b"")).kv for i in range(5)]
+    got: list[base.Event] = []
+    async with asyncio.timeout(TIMEOUT):
+        while len(got) < 5:
+            batch = await w.batch(2)
+            assert 1 <= len(batch) <= 2
+            got += batch
+    assert got == [put(kv) for kv in writes], "a cancelled wait lost or reordered events"
+    replay = await b.watch("c/", after_revision=start)
+    replayed: list[base.Event] = []
+    async with asyncio.timeout(TIMEOUT):
+        while len(replayed) < 6:
+            replayed += await replay.batch(1000)
+    assert replayed == [put(first.kv), *got]
+    w.close()
+    replay.close()
+    assert await asyncio.wait_for(w.batch(10), TIMEOUT) == []
+
+
 async def check_watch_revision_errors(b: base.Backend) -> None:
     await b.create("c/x", b"")
     now = await b.current_revision()
@@ -442,6 +473,7 @@ CHECKS: tuple[Check, ...] = (
     check_watch_replay_equals_live,
     check_watch_no_gap_no_dup_under_concurrent_writes,
     check_watch_close_ends_iteration,
+    check_watch_batch,
     check_watch_revision_errors,
     check_compaction,
     check_compaction_to_head,

@@ -647,6 +647,7 @@ class _Watch:
         self._call: Any = None
         self._member = 0  # the member `_call` streams from
         self._error: base.StorageError | None = None
+        self._reading: asyncio.Future[Any] | None = None  # the stream read in flight, if any
         self._done = False
         self._closed = asyncio.Event()
 
@@ -697,27 +698,41 @@ class _Watch:
         return self
 
     async def __anext__(self) -> base.Event:
+        events = await self.batch(1)
+        if not events:
+            raise StopAsyncIteration
+        return events[0]
+
+    async def batch(self, limit: int) -> list[base.Event]:
         while True:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
             if self._events:
-                return self._events.popleft()
+                return [self._events.popleft() for _ in range(min(limit, len(self._events)))]
             if self._done:
-                raise StopAsyncIteration
+                return []
             if self._call is None:
                 await self._resume()
                 continue
+            if self._reading is None:
+                # The read runs in a task of its own and outlives a cancelled wait (a caller's
+                # timeout), so no response is lost; at most one is read ahead of the consumer.
+                self._reading = asyncio.ensure_future(self._call.read())
+            reading = self._reading
             try:
-                response = await self._call.read()
+                response = await asyncio.shield(reading)
             except grpc.aio.AioRpcError as e:
+                self._reading = None
                 self._broken(f"{_describe(e)}")
                 continue
             except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if self._done and (task is None or not task.cancelling()):
-                    raise StopAsyncIteration from None  # close() cancelled the stream under us
+                if reading.done():
+                    self._reading = None
+                if self._done and reading.cancelled():
+                    return []  # close() cancelled the stream under us
                 raise
+            self._reading = None
             if response is grpc.aio.EOF:
                 self._broken("the stream ended")
                 continue
@@ -754,6 +769,7 @@ class _Watch:
         return base.Event(base.EventType.PUT, new, self.backend._kv(event.prev_kv))
 
     def _broken(self, why: str) -> None:
+        self._drop_read()
         if self._call is not None:
             self._call.cancel()
             self._call = None
@@ -780,9 +796,15 @@ class _Watch:
         self.close()
         self._error = error
 
+    def _drop_read(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+            self._reading = None
+
     def close(self) -> None:
         self._done = True
         self._events.clear()
+        self._drop_read()
         if self._call is not None:
             self._call.cancel()
             self._call = None

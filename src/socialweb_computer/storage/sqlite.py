@@ -456,14 +456,25 @@ class _Watch:
         return self
 
     async def __anext__(self) -> base.Event:
+        events = await self.batch(1)
+        if not events:
+            raise StopAsyncIteration
+        return events[0]
+
+    async def batch(self, limit: int) -> list[base.Event]:
         while True:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
             if self.queue:
-                return self.queue.popleft()
+                queue = self.queue
+                if len(queue) <= limit:
+                    taken = list(queue)
+                    queue.clear()
+                    return taken
+                return [queue.popleft() for _ in range(limit)]
             if self._done:
-                raise StopAsyncIteration
+                return []
             if self.live:
                 self._wake.clear()
                 await self._wake.wait()
