@@ -92,7 +92,9 @@ def _rule(rng: random.Random) -> dict[str, Any]:
     return rule
 
 
-def _subjects(rng: random.Random) -> list[dict[str, str]]:
+def _subjects(rng: random.Random, *, cluster: bool = False) -> list[dict[str, str]]:
+    """Subjects of a binding; a ClusterRoleBinding's ServiceAccounts name their namespace (the
+    apiserver refuses one without it)."""
     out = []
     for _ in range(rng.randint(1, 3)):
         roll = rng.random()
@@ -102,7 +104,7 @@ def _subjects(rng: random.Random) -> list[dict[str, str]]:
             out.append({"kind": "Group", "apiGroup": RBAC, "name": rng.choice(GROUPS)})
         else:
             account = {"kind": "ServiceAccount", "name": "builder"}
-            if rng.random() < 0.5:
+            if rng.random() < 0.5 or cluster:
                 account["namespace"] = "team-a"
             out.append(account)
     return out
@@ -147,7 +149,7 @@ def generate_policy(rng: random.Random) -> list[dict[str, Any]]:
                 "kind": "ClusterRoleBinding",
                 "metadata": {"name": f"m-crb-{i}"},
                 "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": target},
-                "subjects": _subjects(rng),
+                "subjects": _subjects(rng, cluster=True),
             }
         )
     for i in range(9):

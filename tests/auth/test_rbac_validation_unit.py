@@ -1,9 +1,10 @@
-"""The RBAC kinds' defaulting and validation (auth.validation), checked directly: its messages,
+"""The RBAC kinds' defaulting and validation (apiserver.strategies.rbac), checked directly: its messages,
 and that every bootstrap object passes it (so wiring it into the strategies breaks nothing)."""
 
 from __future__ import annotations
 
-from socialweb_computer.auth import bootstrap, validation
+from socialweb_computer.apiserver.strategies import rbac as validation
+from socialweb_computer.auth import bootstrap
 
 RBAC = "rbac.authorization.k8s.io"
 

@@ -20,6 +20,7 @@ from socialweb_computer.apiserver import cluster as cluster_mod
 from socialweb_computer.apiserver import (
     discovery,
     kinds,
+    limits,
     openapi,
     printers,
     protobuf,
@@ -36,7 +37,7 @@ from socialweb_computer.apiserver.patching import apply as ssa
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 3 * 1024 * 1024
+MAX_BODY = limits.MAX_BODY
 JSON = "application/json"
 BOOKMARK_INTERVAL = 60.0
 
@@ -59,7 +60,7 @@ def json_response(
     )
     if ";" in content_type:
         response.headers["Content-Type"] = content_type
-    for warning in warnings or []:
+    for warning in limits.truncate_warnings(warnings or ()):
         # RFC 7234 warn-text is a quoted-string, escaped the way Go's strconv.Quote does it.
         escaped = warning.replace("\\", "\\\\").replace('"', '\\"')
         response.headers.add("Warning", f'299 - "{escaped}"')

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -26,6 +27,8 @@ from typing import Any
 
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import jsonpath, kinds, schemas, selectors
+
+log = logging.getLogger(__name__)
 
 Object = dict[str, Any]
 
@@ -1637,6 +1640,19 @@ def _table_meta(objects: Sequence[Object], list_meta: Mapping[str, Any] | None) 
     return meta
 
 
+UNKNOWN = "<unknown>"
+
+
+def _guarded(fallback: Any, compute: Callable[..., Any], *args: Any) -> Any:
+    """One object the printer cannot read (stored before validation caught its shape) shows
+    `<unknown>` in its cells; it never turns a whole `kubectl get` into a 500."""
+    try:
+        return compute(*args)
+    except Exception:  # any shape a printer did not expect
+        log.debug("printer failed on an object", exc_info=True)
+        return fallback
+
+
 def build_table(kind_info: kinds.KindInfo, objects: list[Object], *, include_object: str = "Metadata",
                 now: datetime | None = None, list_meta: dict[str, Any] | None = None,
                 no_headers: bool = False, table_version: str = "v1") -> dict[str, Any]:
@@ -1653,12 +1669,12 @@ def build_table(kind_info: kinds.KindInfo, objects: list[Object], *, include_obj
         moment = moment.replace(tzinfo=UTC)
     printer = printer_for(kind_info)
     api_version = f"meta.k8s.io/{table_version}"
-    ordered = printer.order(list(objects)) if printer.order else objects
+    ordered = _guarded(objects, printer.order, list(objects)) if printer.order else objects
     rows: list[dict[str, Any]] = []
     for obj in ordered:
         row = Row(obj, moment)
-        entry: dict[str, Any] = {"cells": [column.cell(row) for column in printer.columns]}
-        conditions = printer.conditions(row) if printer.conditions else []
+        entry: dict[str, Any] = {"cells": [_guarded(UNKNOWN, column.cell, row) for column in printer.columns]}
+        conditions = _guarded([], printer.conditions, row) if printer.conditions else []
         if conditions:
             entry["conditions"] = conditions
         entry["object"] = _row_object(obj, include, api_version)

@@ -4,8 +4,9 @@ One `Store` serves one logical cluster. Every kind goes through the same code; w
 differs per kind comes from its `KindInfo` row and its `Strategy`. The write path runs
 the hooks in a fixed order:
 
-    decode → defaults (strategy.prepare_*) → validate (metadata, strategy, schema)
-           → managedFields → compare-and-swap write (skipped under dryRun=All)
+    decode (Go types: `typecheck`; unknown fields) → defaults (strategy.prepare_*)
+           → validate (metadata, strategy, required fields, field rules, CRD schema)
+           → managedFields → stored-size check → compare-and-swap write (skipped under dryRun=All)
 
 Objects are stored as JSON without `metadata.resourceVersion`; the store fills it in
 from the revision of the last write when it reads.
@@ -19,16 +20,18 @@ import contextvars
 import copy
 import dataclasses
 import logging
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 
-from socialweb_computer.api import errors, objects
+from socialweb_computer.api import errors, gofmt, objects
 from socialweb_computer.api.errors import Cause, StatusError
 from socialweb_computer.apiserver import (
     keys,
     kinds,
+    limits,
     managedfields,
     patching,
     schemas,
@@ -36,12 +39,14 @@ from socialweb_computer.apiserver import (
     stored,
     strategies,
     structural,
+    typecheck,
     validation,
     watching,
 )
 from socialweb_computer.apiserver import registry as registry_mod
 from socialweb_computer.apiserver.patching import apply as ssa
 from socialweb_computer.apiserver.strategies import base as strategy_base
+from socialweb_computer.apiserver.strategies import fields as field_rules
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -113,6 +118,17 @@ class Filter:
 decode = stored.decode
 
 
+def encode_for_storage(kind: kinds.KindInfo, obj: Object) -> bytes:
+    """`stored.encode`, refusing what may not be stored: more than a request body may carry
+    (413), or nesting deeper than the encoder goes (400); neither can come from a body we decoded."""
+    try:
+        value = stored.encode(obj, kind)
+    except orjson.JSONEncodeError as e:
+        raise errors.bad_request(f"the {kind.kind} cannot be stored: {e}") from None
+    limits.check_stored_size(kind.kind, obj.get("metadata", {}).get("name", ""), value)
+    return value
+
+
 def drop_nulls(value: Any) -> None:
     """Go decodes a patched built-in object into its typed struct, where a null member is just
     an absent field; patches can leave such nulls (and unknown `$` keys) behind."""
@@ -126,14 +142,21 @@ def drop_nulls(value: Any) -> None:
             drop_nulls(v)
 
 
+_UINT = re.compile(r"[0-9]+")
+# The highest revision a store can hold (SQLite's INTEGER): anything beyond is "from the future".
+MAX_REVISION = 2**63 - 1
+
+
 def _parse_rv(value: str, what: str = "resourceVersion") -> int:
-    try:
-        rv = int(value)
-    except ValueError:
-        raise errors.bad_request(f"invalid {what}: {value!r}") from None
-    if rv < 0:
-        raise errors.bad_request(f"invalid {what}: {value!r}")
-    return rv
+    """A resourceVersion as the storage versioner reads it (strconv.ParseUint: digits only)."""
+    if not _UINT.fullmatch(value):
+        raise errors.bad_request(f"{what}: Invalid value: {gofmt.quote(value)}: strconv.ParseUint: parsing "
+                                 f"{gofmt.quote(value)}: invalid syntax")
+    rv = int(value)
+    if rv >= 2**64:
+        raise errors.bad_request(f"{what}: Invalid value: {gofmt.quote(value)}: strconv.ParseUint: parsing "
+                                 f"{gofmt.quote(value)}: value out of range")
+    return min(rv, MAX_REVISION)
 
 
 def encode_continue(revision: int, start_key: str) -> str:
@@ -146,7 +169,7 @@ def decode_continue(token: str, prefix: str) -> tuple[int, str]:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         data = orjson.loads(raw)
         revision, start = int(data["rv"]), str(data["start"])
-        if data.get("v") != "meta.k8s.io/v1":
+        if data.get("v") != "meta.k8s.io/v1" or not 0 <= revision <= MAX_REVISION:
             raise ValueError
     except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         raise errors.bad_request("invalid continue token: the continue token is not valid") from None
@@ -376,13 +399,13 @@ class Store:
             await self._require_namespace(kind, namespace, meta["name"])
         if options.field_manager:
             self._track(kind, None, obj, options)
+        value = encode_for_storage(kind, obj)
         if options.dry_run:
             if await self.backend.get(self.key(kind, namespace, meta["name"])) is not None:
                 raise errors.already_exists(kind.plural, meta["name"], kind.group)
             return WriteResult(self._finish(kind, obj), created=True, warnings=warnings)
         try:
-            key = self.key(kind, namespace, meta["name"])
-            written = await self.backend.create(key, stored.encode(obj, kind))
+            written = await self.backend.create(self.key(kind, namespace, meta["name"]), value)
         except storage.KeyExistsError:
             raise errors.already_exists(kind.plural, meta["name"], kind.group) from None
         meta["resourceVersion"] = str(written.kv.mod_revision)
@@ -417,11 +440,20 @@ class Store:
     def _check_fields(
         self, kind: kinds.KindInfo, obj: Object, duplicates: tuple[str, ...], options: WriteOptions
     ) -> list[str]:
+        """Decode-time checks of a create or update body: what a typed decoder refuses (400),
+        then unknown and duplicate fields per `fieldValidation`. Built-in kinds lose their
+        unknown fields and nulls here whatever the mode, as a Go struct would."""
         if kind.custom:
             pruned = structural.prune(obj, kind.schema or {}) if kind.schema else []
             return validation.report_fields(
                 pruned, list(duplicates), mode=options.field_validation, kind=kind.kind, version=kind.version
             )
+        problem = self.type_error(kind, obj)
+        if problem:
+            raise errors.bad_request(
+                f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: {problem}'
+            )
+        typecheck.drop_omitted_nulls(obj, kind.definition)
         return validation.check_fields(
             obj,
             list(duplicates),
@@ -429,7 +461,15 @@ class Store:
             mode=options.field_validation,
             kind=kind.kind,
             version=kind.version,
+            drop=True,
         )
+
+    @staticmethod
+    def type_error(kind: kinds.KindInfo, obj: Object) -> str | None:
+        """What Go's decoder says about `obj` as the kind's type (None for custom resources)."""
+        if kind.custom or not kind.definition:
+            return None
+        return typecheck.first_error(obj, kind.definition)
 
     def _validate(
         self, kind: kinds.KindInfo, strategy: strategy_base.Strategy, obj: Object, old: Object | None
@@ -447,6 +487,11 @@ class Store:
         if kind.custom and kind.schema:
             structural.apply_defaults(obj, kind.schema)
             causes += structural.validate(obj, kind.schema)
+        elif kind.definition:
+            reported = {c.field for c in causes}
+            missing = typecheck.missing_required(obj, kind.definition)
+            causes += [strategy_base.required(path) for path in missing if path not in reported]
+            causes += [c for c in field_rules.causes(obj, kind.definition) if c.field not in reported]
         if causes:
             raise errors.invalid(kind.kind, obj.get("metadata", {}).get("name", ""), causes, kind.group)
 
@@ -579,6 +624,7 @@ class Store:
             self._track(kind, old, new, options)
         if self._same(new, old):
             return WriteResult(self._finish(kind, old))
+        value = encode_for_storage(kind, new)
         if options.dry_run:
             return WriteResult(self._finish(kind, new))
         if (old_meta.get("deletionTimestamp") and not meta.get("finalizers")
@@ -589,9 +635,7 @@ class Store:
             self._finish(kind, new)
             self._notify(kind, "DELETED", None, new)
             return WriteResult(new)
-        written = await self.backend.update(
-            kv.key, stored.encode(new, kind), expected_revision=kv.mod_revision
-        )
+        written = await self.backend.update(kv.key, value, expected_revision=kv.mod_revision)
         meta["resourceVersion"] = str(written.kv.mod_revision)
         self._finish(kind, new)
         self._notify(kind, "MODIFIED", new, old)
@@ -651,6 +695,10 @@ class Store:
                 )
             if not kind.custom:
                 drop_nulls(patched)
+                problem = self.type_error(kind, patched)
+                if problem:
+                    shown = orjson.loads(body) if patch_type == "strategic" else patched
+                    raise patching.invalid_patch(patch_type, shown, problem)
             unknown = structural.prune(patched, kind.schema) if kind.custom and kind.schema else None
             warnings = validation.check_patch_fields(
                 patched,
@@ -660,6 +708,8 @@ class Store:
                 patch_text=orjson.dumps(patched, option=orjson.OPT_SORT_KEYS).decode(),
                 unknown=unknown,
             )
+            if not kind.custom:
+                validation.unknown_fields(patched, self.schema_of(kind), drop=True)
             self._check_type_meta(kind, patched)
             pmeta = objects.meta(patched)
             if pmeta.get("name", name) != name:
@@ -734,6 +784,11 @@ class Store:
                     raise
                 result.warnings = warnings
                 return result
+            problem = self.type_error(kind, new)
+            if problem:
+                raise errors.bad_request(
+                    f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: {problem}'
+                )
             try:
                 result = await self._write_update(
                     kind, namespace, old, new, kv, dataclasses.replace(options, field_manager="")

@@ -29,7 +29,7 @@ import yaml
 
 from socialweb_computer.api import errors, gofmt
 from socialweb_computer.api.errors import Cause
-from socialweb_computer.apiserver import schemas
+from socialweb_computer.apiserver import limits, schemas
 
 Object = dict[str, Any]
 Schema = dict[str, Any]
@@ -148,11 +148,16 @@ def _decode_json(raw: bytes, media: str, kind: str) -> tuple[Object, list[str]]:
 
     text = raw.decode("utf-8", "replace")
     try:
-        value = json.loads(text, object_pairs_hook=pairs_hook, parse_constant=_reject_constant)
+        value = json.loads(text, object_pairs_hook=pairs_hook, parse_constant=_reject_constant,
+                           parse_int=go_int)
+        if limits.too_deep(value):
+            raise _GoJSONError(limits.EXCEEDED_DEPTH)
     except json.JSONDecodeError as e:
         raise _decode_failure(raw, media, kind, _json_inner(media, _go_json_error(e))) from None
     except _GoJSONError as e:
         raise _decode_failure(raw, media, kind, _json_inner(media, str(e))) from None
+    except RecursionError:
+        raise _decode_failure(raw, media, kind, _json_inner(media, limits.EXCEEDED_DEPTH)) from None
     if value is None:
         value = {}
     if not isinstance(value, dict):
@@ -275,11 +280,13 @@ class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
 
 
 def _decode_yaml(raw: bytes, media: str, kind: str) -> tuple[Object, list[str]]:
-    loader = _Loader(raw.decode("utf-8", "replace"))
+    text = raw.decode("utf-8", "replace")
+    loader = _Loader(text)
     try:
+        limits.check_yaml_events(limits.yaml_events(text, _BaseLoader))
         value = loader.get_data() if loader.check_data() else None
-    except yaml.YAMLError as e:
-        inner = _go_yaml_error(e)
+    except (yaml.YAMLError, limits.AliasingError, limits.TooDeepError) as e:
+        inner = _go_yaml_error(e) if isinstance(e, yaml.YAMLError) else f"yaml: {e}"
         if media == "application/apply-patch+yaml":
             inner = f"error converting YAML to JSON: {inner}"
         raise _decode_failure(raw, media, kind, inner) from None
@@ -326,7 +333,18 @@ def _to_json(value: Any) -> Any:
         return base64.b64encode(value).decode()
     if hasattr(value, "isoformat"):
         return value.isoformat()
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return int(value)  # json.Marshal writes a float64 2.0 as 2
+    if isinstance(value, int) and not isinstance(value, bool):
+        return go_int(str(value))
     return value
+
+
+def go_int(literal: str) -> int | float:
+    """A JSON integer as Go reads it into interface{}: an int while it fits (orjson writes up to
+    uint64), a float64 beyond that."""
+    value = int(literal)
+    return value if -(2**63) <= value < 2**64 else float(value)
 
 
 def _go_yaml_error(e: yaml.YAMLError) -> str:
@@ -462,19 +480,23 @@ def _create_failure(kind: str, version: str) -> Any:
 
 
 def check_fields(obj: Object, raw_duplicates: Findings, schema: Schema | None, *, mode: str, kind: str,
-                 version: str, defs: Mapping[str, Schema] | None = None) -> list[str]:
+                 version: str, defs: Mapping[str, Schema] | None = None, drop: bool = False) -> list[str]:
     """Create/update of a built-in kind: Strict raises 400, Warn returns the warnings, Ignore returns [].
 
     JSON findings come in document order, a repeated key where it first appears; a YAML body's
     go-yaml sentences come first, as the real decoder reports them before the JSON pass.
+    `drop=True` also deletes the unknown fields, in every mode (what decoding into a Go struct does).
     """
     mode = directive(mode)
     if mode == "Ignore":
+        if drop and schema:
+            unknown_fields(obj, schema, defs=defs, drop=True)
         return []
     yaml_lines, paths = _split(raw_duplicates)
     # Go reports a repeat only where it decodes into a typed field or map, so repeats under
     # unknown or free-form fields stay silent; without a schema every repeat counts.
-    findings = _findings(obj, schema, defs, frozenset(paths)) if schema else [("duplicate", p) for p in paths]
+    findings = (_findings(obj, schema, defs, frozenset(paths), drop) if schema
+                else [("duplicate", p) for p in paths])
     return _conclude(mode, yaml_lines, _texts(findings), _create_failure(kind, version))
 
 

@@ -25,6 +25,7 @@ import orjson
 import yaml
 
 from socialweb_computer.api import errors
+from socialweb_computer.apiserver import limits
 from socialweb_computer.apiserver import managedfields as mf
 
 CONTENT_TYPE = "application/apply-patch+yaml"
@@ -67,6 +68,10 @@ def parse_apply_body(raw: bytes) -> dict:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
             data = _load_yaml(text)
+        else:
+            if limits.too_deep(data):
+                raise _decode_error(
+                    f"error converting YAML to JSON: yaml: exceeded max depth of {limits.MAX_DEPTH}")
     else:
         data = _load_yaml(text)
     if data is None:
@@ -85,6 +90,12 @@ def _decode_error(detail: str) -> errors.StatusError:
 
 
 def _load_yaml(text: str) -> Any:
+    try:
+        limits.check_yaml_events(limits.yaml_events(text, getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    except (limits.AliasingError, limits.TooDeepError) as exc:
+        raise _decode_error(f"error converting YAML to JSON: yaml: {exc}") from None
+    except yaml.YAMLError:
+        pass  # reported below, in the loader's words
     try:
         documents = yaml.load_all(text, Loader=_YAMLLoader)
         first = next(iter(documents), None)
@@ -220,8 +231,8 @@ def apply(
     Returns the new object with `metadata.managedFields` set; it is not yet defaulted.
     `kind` is the kind served at the URL (taken from `live` or the schema when empty),
     `name` the name in the URL (checked against the result when given). Raises
-    StatusError: 400 for a wrong type or a body carrying managedFields, 409 for
-    conflicts, 500 for a configuration that does not fit the schema, as the apiserver does.
+    StatusError: 400 for a wrong type, a body carrying managedFields or a configuration
+    that does not fit the schema, 409 for conflicts.
     """
     _check_object_type(applied, api_version, kind or _expected_kind(live, schema, api_version))
     meta = applied.get("metadata")
@@ -234,10 +245,10 @@ def apply(
     )
     problems = mf.validate(applied, req.t)
     if problems:
-        raise errors.StatusError(
-            500,
-            "",
-            f"failed to create typed patch object ({_gvknn(applied)}): {mf.TypedError(problems).text()}",
+        # Upstream answers this with a 500 (kubernetes/kubernetes#122480); the fault is the
+        # client's, so we answer 400 with the same words, as the proposed fix there does.
+        raise errors.bad_request(
+            f"failed to create typed patch object ({_gvknn(applied)}): {mf.TypedError(problems).text()}"
         )
     try:
         if not managers and live is not None:

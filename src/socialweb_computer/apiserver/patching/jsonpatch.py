@@ -24,11 +24,13 @@ from typing import Any
 
 import jsonpatch
 import jsonpointer
+import orjson
 
 from socialweb_computer.api import errors
+from socialweb_computer.apiserver import limits
 
 # handlers.maxJSONPatchOperations in kube-apiserver.
-MAX_JSON_PATCH_OPERATIONS = 10000
+MAX_JSON_PATCH_OPERATIONS = limits.MAX_JSON_PATCH_OPERATIONS
 
 # The fieldValidation value under which the server decodes patch bodies leniently; every
 # other one ("" means Warn, or Strict) decodes strictly, which changes the 400 messages.
@@ -48,8 +50,10 @@ def rejected() -> errors.StatusError:
 
 
 def failed(message: str) -> errors.StatusError:
-    """A plain Go error reaching the handler: 500 with no reason (StatusReasonUnknown)."""
-    return errors.StatusError(500, "", message)
+    """A patch the merge code cannot apply, in the Go code's words. Upstream lets these plain
+    errors reach the handler as a 500 with no reason; the fault is the patch's, so ours is
+    a 400 BadRequest."""
+    return errors.bad_request(message)
 
 
 # --- decoding bodies like encoding/json ----------------------------------------------------------
@@ -368,15 +372,32 @@ def _as_v4_operation(op: Any) -> Any:
 
 
 def apply_json_patch(obj: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
-    """Apply decoded operations to a copy of obj; any failure is the server's generic 422."""
+    """Apply decoded operations to a copy of obj; any failure is the server's generic 422.
+
+    `copy` is the one operation that can grow a document faster than the patch does (each
+    can double it), so what the copies add is counted, like evanphx/json-patch's
+    AccumulatedCopySizeLimit, and may not pass what a request body may carry (413).
+    """
+    copied = 0
     try:
         patch = _GoJsonPatch([_as_v4_operation(op) for op in ops])
-        result = patch.apply(obj, in_place=False)
+        result: Any = copy.deepcopy(obj)
+        for operation in patch._ops:
+            if isinstance(operation, jsonpatch.CopyOperation):
+                source = jsonpointer.JsonPointer(operation.operation["from"]).resolve(result)
+                copied += len(orjson.dumps(source))
+                if copied > limits.MAX_BODY:
+                    raise errors.entity_too_large(
+                        f"Request entity too large: the copy operations of this JSON patch add more than "
+                        f"{limits.MAX_BODY} bytes to the object")
+            result = operation.apply(result)
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, KeyError, IndexError,
-            TypeError, ValueError, AttributeError):
+            TypeError, ValueError, AttributeError, orjson.JSONEncodeError):
         raise rejected() from None
     if not isinstance(result, dict):
         raise rejected()
+    if limits.too_deep(result):
+        raise errors.bad_request(f"the patched object nests more than {limits.MAX_DEPTH} levels deep")
     return result
 
 

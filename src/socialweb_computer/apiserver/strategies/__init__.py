@@ -7,7 +7,7 @@ without a module here gets `Strategy()`. Modules register by adding a row to `ST
 
 from __future__ import annotations
 
-from socialweb_computer.apiserver.strategies import apiextensions, base, core, workloads
+from socialweb_computer.apiserver.strategies import apiextensions, base, core, rbac, workloads
 
 Strategy = base.Strategy
 
@@ -15,6 +15,7 @@ STRATEGIES: dict[tuple[str, str], base.Strategy] = {
     **core.STRATEGIES,
     **workloads.STRATEGIES,
     **apiextensions.STRATEGIES,
+    **rbac.STRATEGIES,
 }
 
 _DEFAULT = base.Strategy()

@@ -4,11 +4,12 @@ selector/template rules a real apiserver enforces."""
 from __future__ import annotations
 
 import copy
+import zoneinfo
 from typing import Any
 
 from socialweb_computer.api import objects
 from socialweb_computer.api.errors import Cause
-from socialweb_computer.apiserver.strategies import base, core
+from socialweb_computer.apiserver.strategies import base, core, cron
 from socialweb_computer.apiserver.strategies.base import Object
 
 
@@ -471,6 +472,62 @@ def _indexes_total(text: str, completions: int) -> tuple[int, str]:
     return total, ""
 
 
+class CronJobStrategy(base.Strategy):
+    """ValidateCronJobSpec: a schedule that parses, no TZ inside it, a job template of a Job."""
+
+    def prepare_for_create(self, obj: Object) -> None:
+        self._default(obj)
+
+    def prepare_for_update(self, new: Object, old: Object) -> None:
+        self._default(new)
+
+    @staticmethod
+    def _default(obj: Object) -> None:
+        template = ((obj.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}
+        pod_spec = (template.get("template") or {}).get("spec") if isinstance(template, dict) else None
+        if isinstance(pod_spec, dict):
+            core.default_pod_spec(pod_spec)
+
+    def validate(self, obj: Object) -> list[Cause]:
+        spec = obj.get("spec") or {}
+        causes: list[Cause] = []
+        schedule = spec.get("schedule") or ""
+        if schedule:
+            problem = cron.schedule_error(schedule)
+            if problem:
+                causes.append(base.invalid("spec.schedule", schedule, problem))
+            if "TZ" in schedule:
+                detail = ("cannot use both timeZone field and TZ or CRON_TZ in schedule"
+                          if spec.get("timeZone")
+                          else "cannot use TZ or CRON_TZ in schedule, use timeZone field instead")
+                causes.append(base.invalid("spec.schedule", schedule, detail))
+        if isinstance(spec.get("timeZone"), str):
+            causes += _time_zone_causes(spec["timeZone"])
+        job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+        pod_spec = (job_spec.get("template") or {}).get("spec") if isinstance(job_spec, dict) else None
+        path = "spec.jobTemplate.spec.template.spec"
+        causes += core.validate_pod_spec(pod_spec, path)
+        policy = pod_spec.get("restartPolicy") if isinstance(pod_spec, dict) else None
+        if policy not in ("OnFailure", "Never"):
+            causes.append(base.not_supported(f"{path}.restartPolicy", policy or "Always",
+                                             ["OnFailure", "Never"]))
+        return causes
+
+
+def _time_zone_causes(zone: str) -> list[Cause]:
+    """validateTimeZone: an explicit IANA zone the zone database knows."""
+    if not zone:
+        return [base.invalid("spec.timeZone", zone, "timeZone must be nil or non-empty string")]
+    if zone.lower() == "local":
+        return [base.invalid("spec.timeZone", zone, "timeZone must be an explicit time zone as defined in "
+                                                    "https://www.iana.org/time-zones")]
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return [base.invalid("spec.timeZone", zone, f"unknown time zone {zone}")]
+    return []
+
+
 class PodDisruptionBudgetStrategy(base.Strategy):
     def prepare_for_create(self, obj: Object) -> None:
         obj.pop("status", None)
@@ -516,22 +573,13 @@ class PriorityClassStrategy(base.Strategy):
         return causes
 
 
-class RbacStrategy(base.Strategy):
-    """RBAC objects are named like paths, not DNS names (e.g. `system:basic-user`)."""
-
-    name_format = "path"
-
-
 STRATEGIES: dict[tuple[str, str], base.Strategy] = {
     ("apps", "Deployment"): DeploymentStrategy(),
     ("apps", "ReplicaSet"): ReplicaSetStrategy(),
     ("apps", "StatefulSet"): StatefulSetStrategy(),
     ("apps", "DaemonSet"): DaemonSetStrategy(),
     ("batch", "Job"): JobStrategy(),
+    ("batch", "CronJob"): CronJobStrategy(),
     ("policy", "PodDisruptionBudget"): PodDisruptionBudgetStrategy(),
     ("scheduling.k8s.io", "PriorityClass"): PriorityClassStrategy(),
-    **{
-        ("rbac.authorization.k8s.io", k): RbacStrategy()
-        for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
-    },
 }

@@ -7,8 +7,8 @@ in a namespaced Role; a binding's roleRef must name a Role or ClusterRole of the
 and may never change; subjects must be User, Group or ServiceAccount with their apiGroup
 (and, in a ClusterRoleBinding, a ServiceAccount's namespace). Messages are the real ones.
 
-`STRATEGIES` is meant for `apiserver/strategies` (the lead wires it; nothing here is
-registered by import).
+Registered in `strategies.STRATEGIES` like every other kind's rows; the RBAC authorizer's
+index (`auth.rbac`) relies on it, since only objects that pass here are ever stored.
 """
 
 from __future__ import annotations
