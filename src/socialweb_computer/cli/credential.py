@@ -47,7 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="the gateway's state directory (default: $SOCIALWEB_GATEWAY_STATE_DIR)",
     )
     m.add_argument("--cluster", required=True, help="the Cluster's name")
-    m.add_argument("--user", required=True, help="the username (certificate CommonName)")
+    who = m.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", help="the username (certificate CommonName)")
+    who.add_argument(
+        "--node",
+        help="a node agent's credential instead: user system:node:NODE in group system:nodes, held to "
+        "the Node authorizer and NodeRestriction",
+    )
     m.add_argument(
         "--group", action="append", default=[], help="a group (certificate Organization); repeat for several"
     )
@@ -106,18 +112,32 @@ def run_mint(args: argparse.Namespace) -> int:
         raise CommandError(
             f"--valid-for: {args.valid_for!r} is not a duration; use Go's syntax, e.g. 720h"
         ) from None
+    if args.node is not None and args.group:
+        raise CommandError("--group: a node's credential has exactly the group system:nodes; drop --group "
+                           "or use --user")
     try:
-        credential = clusterprovider.mint_tenant_credential_for_cluster_as(
-            state_dir=args.state_dir,
-            cluster=args.cluster,
-            server=server,
-            common_name=args.user,
-            organizations=tuple(args.group),
-            out_dir=args.out_dir,
-            valid_for=valid_for,
-        )
+        if args.node is not None:
+            credential = clusterprovider.mint_node_credential_for_cluster(
+                state_dir=args.state_dir,
+                cluster=args.cluster,
+                server=server,
+                node=args.node,
+                out_dir=args.out_dir,
+                valid_for=valid_for,
+            )
+        else:
+            credential = clusterprovider.mint_tenant_credential_for_cluster_as(
+                state_dir=args.state_dir,
+                cluster=args.cluster,
+                server=server,
+                common_name=args.user,
+                organizations=tuple(args.group),
+                out_dir=args.out_dir,
+                valid_for=valid_for,
+            )
     except clusterprovider.CredentialRefused as e:
-        raise CommandError(f"{_FLAGS[e.setting]}: {e.problem}. {e.fix}.") from None
+        flag = "--node" if args.node is not None and e.setting == "COMMON_NAME" else _FLAGS[e.setting]
+        raise CommandError(f"{flag}: {e.problem}. {e.fix}.") from None
     print(f"wrote {credential.ca_crt}, {credential.tls_crt}, {credential.tls_key}")
     if args.kubeconfig:
         with (

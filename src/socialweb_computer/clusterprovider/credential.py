@@ -4,7 +4,8 @@ This is the only way to a scoped identity: it signs directly with the cluster's 
 from the state directory, so the CommonName becomes the username and the Organizations
 the groups, and the certificate is accepted by that cluster's listener and no other.
 The callers are `socialweb-computer internal tenantcredential` (seed step 4, configured by
-environment variables), `socialweb-computer credential mint` and Python code.
+environment variables), `socialweb-computer credential mint` and Python code;
+`mint_node_credential_for_cluster` is the same for a node agent's identity.
 
 Every refusal is a `CredentialRefused` naming the setting at fault, so each caller can
 say it in its own words (an environment variable, a flag). Nothing is written unless all
@@ -18,10 +19,14 @@ import datetime
 import os
 import re
 
+from socialweb_computer.api import objects
 from socialweb_computer.auth import pki
 from socialweb_computer.clusterprovider import layout
 
 SUPERUSER_GROUP = "system:masters"
+# A kubelet's identity, as the Node authorizer and NodeRestriction recognise it
+# (auth.nodeauthorizer.NODE_USER_PREFIX and NODES_GROUP).
+NODE_USER_PREFIX, NODES_GROUP = "system:node:", "system:nodes"
 FILES = ("ca.crt", "tls.crt", "tls.key")
 
 # Go's time.ParseDuration units. Written by hand: no maintained Python library parses Go
@@ -103,6 +108,38 @@ def mint_tenant_credential_for_cluster_as(
         ca_crt=targets[0],
         tls_crt=targets[1],
         tls_key=targets[2],
+    )
+
+
+def mint_node_credential_for_cluster(
+    *,
+    state_dir: str,
+    cluster: str,
+    server: str,
+    node: str,
+    out_dir: str,
+    valid_for: datetime.timedelta | None = None,
+) -> TenantCredential:
+    """The credential of node `node`: `system:node:<node>` in `system:nodes`, for its agent.
+
+    What it may do is decided by the Node authorizer and NodeRestriction (docs/auth.md): its
+    own Node and Lease, the pods bound to it and what they reference.
+    """
+    problems = objects.dns1123_subdomain_errors(node) if node else ["it is empty"]
+    if problems:
+        raise CredentialRefused(
+            "COMMON_NAME",
+            f"{node!r} cannot name a Node: {'; '.join(problems)}",
+            "Use a lower-case DNS subdomain, for example ci-node-1",
+        )
+    return mint_tenant_credential_for_cluster_as(
+        state_dir=state_dir,
+        cluster=cluster,
+        server=server,
+        common_name=NODE_USER_PREFIX + node,
+        organizations=(NODES_GROUP,),
+        out_dir=out_dir,
+        valid_for=valid_for,
     )
 
 
