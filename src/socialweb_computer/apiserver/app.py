@@ -4,10 +4,11 @@
 failure leaves as a `Status`, never a traceback), authentication (the peer certificate,
 verified against this listener's ClientCA, or else a ServiceAccount bearer token: 401 when
 what is presented does not verify, anonymous when nothing is), impersonation
-(`Impersonate-*` headers) and authorization (RBAC through the cluster's
-`auth.policy.ClusterPolicy`, 403 in the real server's words) — all before any handler
-touches the store. `serve()` binds a TLS listener; it refuses any address
-that is not loopback, because loopback is the trust boundary of this system.
+(`Impersonate-*` headers) and authorization (Node and RBAC through the cluster's
+`auth.policy.ClusterPolicy`, 403 in the real server's words, then the admission checks that
+must see an object before its handler: a node's deletes and evictions) — all before any
+handler touches the store. `serve()` binds a TLS listener; it refuses any address that is
+not loopback, because loopback is the trust boundary of this system.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ async def authz_middleware(request: web.Request, handler: Handler) -> web.Stream
     if not decision.allowed:
         raise attributes.forbidden(attrs, decision.reason)
     _authorize_connect_upgrade(cluster_policy, attrs)
+    await cluster_policy.admit(attrs)
     token = policy.REQUEST.set(policy.RequestContext(cluster_policy, attrs))
     try:
         return await handler(request)

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import kinds
+from socialweb_computer.apiserver import kinds, selectors
 from socialweb_computer.apiserver import requests as req
 from socialweb_computer.auth import attributes, identity, rbac
 from socialweb_computer.auth.attributes import Attributes, go_quote
@@ -111,9 +111,28 @@ def _spec_attributes(user: identity.UserInfo, spec: Object) -> Attributes:
             subresource=str(resource.get("subresource", "")),
             namespace=str(resource.get("namespace", "")),
             name=str(resource.get("name", "")),
+            field_selector=_field_selector(resource.get("fieldSelector")),
         )
     non_resource = spec.get("nonResourceAttributes") or {}
     return Attributes(user, str(non_resource.get("verb", "")), False, path=str(non_resource.get("path", "")))
+
+
+def _field_selector(value: Any) -> str:
+    """A review's fieldSelector as a request's raw selector: rawSelector, or In-with-one-value terms."""
+    if not isinstance(value, dict):
+        return ""
+    if value.get("rawSelector"):
+        return str(value["rawSelector"])
+    terms = []
+    for requirement in value.get("requirements") or ():
+        if not isinstance(requirement, dict):
+            continue
+        values = requirement.get("values") or []
+        operator = {"In": "=", "NotIn": "!="}.get(str(requirement.get("operator", "")))
+        if operator and len(values) == 1:
+            value = selectors.escape_field_value(str(values[0]))
+            terms.append(f"{requirement.get('key', '')}{operator}{value}")
+    return ",".join(terms)
 
 
 def _spec_user(spec: Object) -> identity.UserInfo:
@@ -201,9 +220,9 @@ def self_subject_rules_review(
     namespace = (body.get("spec") or {}).get("namespace") or ""
     if not namespace:
         raise errors.bad_request("no namespace on request")
-    rules, errs = policy.rules_for(user, namespace)
+    found = policy.rules_for(user, namespace)
     resource_rules, non_resource_rules = [], []
-    for rule in rules:
+    for rule in found.rules:
         if rule.resources:
             entry: Object = {
                 "verbs": list(rule.verbs),
@@ -220,10 +239,10 @@ def self_subject_rules_review(
     status: Object = {
         "resourceRules": resource_rules,
         "nonResourceRules": non_resource_rules,
-        "incomplete": False,
+        "incomplete": found.incomplete,
     }
-    if errs:
-        status["evaluationError"] = rbac.aggregate_errors(errs)
+    if found.errors:
+        status["evaluationError"] = rbac.aggregate_errors(found.errors)
     # The real handler answers a fresh object: the spec is not echoed.
     return {
         "kind": kind.kind,

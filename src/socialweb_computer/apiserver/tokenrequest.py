@@ -52,6 +52,7 @@ async def handle_token(request: web.Request, cluster: Any, kind: kinds.KindInfo,
     if request.method != "POST":
         raise errors.method_not_allowed()
     body, _ = await handlers.decode_object(request, "TokenRequest")
+    await cluster.auth.admit_token_request(body)  # NodeRestriction runs before the registry's checks
     return handlers.json_response(await create_token(cluster, rr.namespace, rr.name, body), 201)
 
 

@@ -50,6 +50,8 @@ class Attributes:
     subresource: str = ""
     namespace: str = ""
     name: str = ""
+    # The raw fieldSelector of a list or watch: the Node authorizer reads `spec.nodeName=` in it.
+    field_selector: str = ""
 
     def with_verb(self, verb: str) -> Attributes:
         return dataclasses.replace(self, verb=verb)
@@ -80,7 +82,10 @@ def from_request(request: web.Request, user: identity.UserInfo) -> Attributes:
     if attrs.resource == "namespaces" and not attrs.namespace and attrs.name:
         # A namespace is its own scope: RoleBindings inside it can grant reading it.
         attrs = dataclasses.replace(attrs, namespace=attrs.name)
-    return _collection_verb(request, attrs)
+    attrs = _collection_verb(request, attrs)
+    if attrs.verb in ("list", "watch", "deletecollection"):
+        attrs = dataclasses.replace(attrs, field_selector=request.query.get("fieldSelector", ""))
+    return attrs
 
 
 def _is_resource_path(segments: list[str]) -> bool:

@@ -1,9 +1,11 @@
 """The authorization state of one logical cluster, and the request context writes see.
 
 `ClusterPolicy` owns the RBAC index (loaded at start, then kept current by the store's
-after-write hooks), the bootstrap policy, the aggregation and default-ServiceAccount
-controllers, and the escalation check (a store before-write hook). `authorize()` is the
-union a real kube-apiserver runs: `system:masters` is allowed outright, then RBAC.
+after-write hooks), the Node authorizer's graph (likewise), the bootstrap policy, the
+aggregation and default-ServiceAccount controllers, the escalation check and the
+NodeRestriction admission plugin (store before-write hooks). `authorize()` is the union a
+real kube-apiserver runs with `--authorization-mode=Node,RBAC`: `system:masters` is allowed
+outright, then the Node authorizer decides for kubelets, then RBAC.
 
 The authorization middleware sets `REQUEST` (the request's user and attributes) for the
 duration of the handler, so the escalation hook knows who is writing; writes made with no
@@ -18,10 +20,28 @@ import dataclasses
 from typing import Any
 
 from socialweb_computer.apiserver import store as store_mod
-from socialweb_computer.auth import bootstrap, controllers, escalation, identity, rbac
+from socialweb_computer.auth import (
+    bootstrap,
+    controllers,
+    escalation,
+    identity,
+    nodeauthorizer,
+    nodegraph,
+    noderestriction,
+    rbac,
+)
 from socialweb_computer.auth.attributes import Attributes
 
 Object = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """What a SelfSubjectRulesReview reports: the rules, resolution errors, and whether that is all."""
+
+    rules: list[rbac.Rule]
+    errors: list[str]
+    incomplete: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +61,9 @@ class ClusterPolicy:
         self.index = rbac.Index()
         self.aggregator = controllers.Aggregator(store, self.index)
         self.service_accounts = controllers.DefaultServiceAccounts(store)
+        self.node_graph = nodegraph.Populator(store)
+        self.nodes = nodeauthorizer.NodeAuthorizer(self.node_graph)
+        self.node_restriction = noderestriction.NodeRestriction(store, self.authorize)
         store.after_write.append(self._after_write)
         store.before_write.append(self._before_write)
 
@@ -51,11 +74,14 @@ class ClusterPolicy:
             listed = await self.store.list(kind, "", store_mod.ListOptions())
             for obj in listed["items"]:
                 self.index.put(plural, obj)
+        await self.node_graph.start()
+        await self.node_restriction.start()
         await bootstrap.ensure(self.store)
         await self.aggregator.settle()
         await self.service_accounts.start()
 
     async def close(self) -> None:
+        await self.node_graph.close()
         await self.aggregator.close()
         await self.service_accounts.close()
 
@@ -64,10 +90,31 @@ class ClusterPolicy:
     def authorize(self, attrs: Attributes) -> rbac.Decision:
         if attrs.user.is_superuser:
             return rbac.Decision(True)
-        return rbac.authorize(self.index, attrs)
+        node = self.nodes.authorize(attrs)
+        if node is not None and node.allowed:
+            return node
+        decision = rbac.authorize(self.index, attrs)
+        if decision.allowed or node is None or not node.reason:
+            return decision
+        # The union authorizer: every authorizer's reason for having no opinion, one per line.
+        return rbac.Decision(False, "\n".join(r for r in (node.reason, decision.reason) if r))
 
-    def rules_for(self, user: identity.UserInfo, namespace: str) -> tuple[list[rbac.Rule], list[str]]:
-        return rbac.rules_for(self.index, user, namespace)
+    def rules_for(self, user: identity.UserInfo, namespace: str) -> Rules:
+        rules, errs = rbac.rules_for(self.index, user, namespace)
+        if nodeauthorizer.node_name(user) is None:
+            return Rules(rules, errs)
+        # The Node authorizer cannot list what a kubelet may do (it depends on its pods).
+        return Rules(rules, [nodeauthorizer.RULES_UNSUPPORTED, *errs], incomplete=True)
+
+    async def admit(self, attrs: Attributes) -> None:
+        """Admission that must see the object before the handler runs (a node's deletes, evictions)."""
+        await self.node_restriction.admit_request(attrs)
+
+    async def admit_token_request(self, token_request: Object) -> None:
+        """NodeRestriction for the TokenRequest the current request makes (before any token is issued)."""
+        context = REQUEST.get()
+        if context is not None and context.policy is self:
+            await self.node_restriction.admit_token_request(context.attrs, token_request)
 
     # ---------------------------------------------------------------- hooks
 
@@ -85,9 +132,9 @@ class ClusterPolicy:
             self.service_accounts.on_write(kind.plural, event, new, old)
 
     def _before_write(self, kind: Any, new: Object, old: Object | None) -> None:
-        if kind.group != rbac.GROUP or kind.plural not in rbac.PLURALS:
-            return
         context = REQUEST.get()
         if context is None or context.policy is not self:
             return
-        escalation.check_write(self, context.attrs, kind.plural, new, old)
+        self.node_restriction.admit_write(context.attrs, kind, new, old)
+        if kind.group == rbac.GROUP and kind.plural in rbac.PLURALS:
+            escalation.check_write(self, context.attrs, kind.plural, new, old)

@@ -126,6 +126,9 @@ def default_pod_ips(status: object) -> None:
             status[single] = listed[0].get("ip", "")
 
 
+_MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+
 class PodStrategy(base.Strategy):
     keep_status_on_create = True
 
@@ -133,8 +136,10 @@ class PodStrategy(base.Strategy):
         spec = obj.setdefault("spec", {})
         if isinstance(spec, dict):
             default_pod_spec(spec)
-            spec.setdefault("serviceAccountName", "default")
-            spec.setdefault("serviceAccount", spec["serviceAccountName"])
+            if _MIRROR_POD_ANNOTATION not in ((obj.get("metadata") or {}).get("annotations") or {}):
+                # As the ServiceAccount admission plugin: a kubelet's mirror pod is left as it sent it.
+                spec.setdefault("serviceAccountName", "default")
+                spec.setdefault("serviceAccount", spec["serviceAccountName"])
             spec.setdefault("priority", 0)
             default_tolerations(spec)
         status = {"phase": "Pending"}
