@@ -1,89 +1,25 @@
 """Watch streams over real HTTPS: many watchers and writers, slow watchers, selectors, initial
 events across pages, bookmarks, Tables.
 
-The server runs in the test's own process (a LogicalCluster on an in-memory store behind the
-real listener and middlewares) so a test can shrink a limit or an interval; clients are aiohttp
-and raw TLS sockets, both real.
+The server runs in the test's own process (`serve`, testing.inprocess) so a test can
+shrink a limit or an interval; clients are aiohttp and raw TLS sockets, both real.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ssl
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
 
-from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.apiserver import handlers, watching
-from socialweb_computer.apiserver.cluster import LogicalCluster
-from socialweb_computer.auth import authn
-from socialweb_computer.storage import memory
-from socialweb_computer.testing import pki
+from socialweb_computer.testing.inprocess import CONFIGMAPS as CMS
+from socialweb_computer.testing.inprocess import InProcessServer as Served
 
-CMS = "/api/v1/namespaces/default/configmaps"
 TIMEOUT = 20.0
-
-
-@dataclass
-class Served:
-    url: str
-    port: int
-    context: ssl.SSLContext
-    session: aiohttp.ClientSession
-
-    async def call(self, method: str, path: str, body: Any = None, **headers: str) -> Any:
-        data = orjson.dumps(body) if body is not None else None
-        async with self.session.request(method, self.url + path, data=data,
-                                        headers={"Content-Type": "application/json", **headers}) as r:
-            answer = await r.read()
-            assert r.status < 300, answer
-            return orjson.loads(answer)
-
-    async def create(self, name: str, data: str = "x", labels: dict[str, str] | None = None) -> Any:
-        meta: dict[str, Any] = {"name": name}
-        if labels:
-            meta["labels"] = labels
-        return await self.call("POST", CMS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-                                             "data": {"v": data}})
-
-
-ServeFn = Callable[..., AsyncIterator[Served]]
-
-
-@pytest.fixture
-async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
-    """Start the server (with the given storage options); torn down after the test."""
-    started: list[Callable[[], Any]] = []
-
-    async def start(**backend_options: Any) -> Served:
-        backend = await memory.MemoryBackend.open(**backend_options)
-        cluster = LogicalCluster("watch-test", backend)
-        await cluster.start()
-        local = pki.generate(tmp_path / f"pki{len(started)}")
-        authenticator = authn.ClientCertAuthenticator.from_pem_file(str(local.client_ca_file))
-        runner, port = await app_mod.serve(app_mod.build_app(cluster, authenticator=authenticator),
-                                           host="127.0.0.1", port=0, ssl_context=local.server_ssl_context())
-        context = local.client_ssl_context()
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=200))
-
-        async def stop() -> None:
-            await session.close()
-            await runner.cleanup()
-            await cluster.close()
-            await backend.close()
-
-        started.append(stop)
-        return Served(f"https://127.0.0.1:{port}", port, context, session)
-
-    yield start
-    for stop in reversed(started):
-        await stop()
 
 
 async def _open(served: Served, query: str, **headers: str) -> aiohttp.ClientResponse:

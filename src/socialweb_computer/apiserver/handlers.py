@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -311,18 +312,10 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
         if method == "GET":
             if req.query_flag(request, "watch"):
                 return await handle_watch(request, kind, rr.namespace)
-            listed = await store.list(kind, rr.namespace, req.list_options(request))
             version = _table_version(request)
-            if version:
-                table = printers.build_table(
-                    kind,
-                    listed["items"],
-                    include_object=_include_object(request),
-                    list_meta=listed["metadata"],
-                    table_version=version,
-                )
-                return json_response(table)
-            return json_response(listed)
+            table = watching.TableFormat(version, _include_object(request)) if version else None
+            return await _send_chunks(request, store.list_body(kind, rr.namespace, req.list_options(request),
+                                                               table=table))
         if method == "POST":
             obj, duplicates = await decode_object(request, kind.kind)
             options = _default_manager(request, _write_options(request, ""))
@@ -338,10 +331,12 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
             raise errors.bad_request(
                 "watch of a single object is done with a fieldSelector on the collection"
             )
-        obj = await store.get(
-            kind, rr.namespace, rr.name, resource_version=request.query.get("resourceVersion", "")
-        )
-        return _render(request, kind, obj)
+        resource_version = request.query.get("resourceVersion", "")
+        if _table_version(request):
+            return _render(request, kind, await store.get(kind, rr.namespace, rr.name,
+                                                          resource_version=resource_version))
+        body = await store.get_body(kind, rr.namespace, rr.name, resource_version=resource_version)
+        return web.Response(body=body, content_type=JSON)
     if method == "PUT":
         obj, duplicates = await decode_object(request, kind.kind)
         options = _default_manager(request, _write_options(request, ""))
@@ -354,6 +349,33 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
         obj, code = await store.delete(kind, rr.namespace, rr.name, options)
         return json_response(obj, code)
     raise errors.method_not_allowed()
+
+
+async def _send_chunks(request: web.Request, chunks: AsyncIterator[bytes]) -> web.StreamResponse:
+    """A body that comes in chunks: one chunk is a plain response; more go out as they come,
+    chunked. Until the first chunk nothing is sent, so an error is still a `Status`."""
+    first = await anext(chunks)
+    try:
+        second = await anext(chunks)
+    except StopAsyncIteration:
+        return web.Response(body=first, content_type=JSON)
+    response = web.StreamResponse(status=200, headers={"Content-Type": JSON})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    try:
+        await response.write(first)
+        await response.write(second)
+        async for chunk in chunks:
+            await response.write(chunk)
+    except ConnectionError:
+        raise  # the client went away
+    except Exception as e:
+        # The status line is out: the client can only be told by a body that stops short.
+        log.warning("list %s ended after its response started: %s", request.path, e)
+        if request.transport is not None:
+            request.transport.abort()
+        raise ConnectionResetError(str(e)) from e
+    return response
 
 
 async def _patch(

@@ -14,24 +14,24 @@ from the revision of the last write when it reads.
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import contextlib
 import contextvars
 import copy
 import dataclasses
 import logging
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import orjson
 
-from socialweb_computer.api import errors, gofmt, objects
+from socialweb_computer.api import errors, objects
 from socialweb_computer.api.errors import Cause, StatusError
 from socialweb_computer.apiserver import (
     keys,
     kinds,
     limits,
+    listing,
     managedfields,
     patching,
     schemas,
@@ -142,40 +142,8 @@ def drop_nulls(value: Any) -> None:
             drop_nulls(v)
 
 
-_UINT = re.compile(r"[0-9]+")
-# The highest revision a store can hold (SQLite's INTEGER): anything beyond is "from the future".
-MAX_REVISION = 2**63 - 1
-
-
-def _parse_rv(value: str, what: str = "resourceVersion") -> int:
-    """A resourceVersion as the storage versioner reads it (strconv.ParseUint: digits only)."""
-    if not _UINT.fullmatch(value):
-        raise errors.bad_request(f"{what}: Invalid value: {gofmt.quote(value)}: strconv.ParseUint: parsing "
-                                 f"{gofmt.quote(value)}: invalid syntax")
-    rv = int(value)
-    if rv >= 2**64:
-        raise errors.bad_request(f"{what}: Invalid value: {gofmt.quote(value)}: strconv.ParseUint: parsing "
-                                 f"{gofmt.quote(value)}: value out of range")
-    return min(rv, MAX_REVISION)
-
-
-def encode_continue(revision: int, start_key: str) -> str:
-    token = orjson.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start_key})
-    return base64.urlsafe_b64encode(token).decode().rstrip("=")
-
-
-def decode_continue(token: str, prefix: str) -> tuple[int, str]:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        data = orjson.loads(raw)
-        revision, start = int(data["rv"]), str(data["start"])
-        if data.get("v") != "meta.k8s.io/v1" or not 0 <= revision <= MAX_REVISION:
-            raise ValueError
-    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
-        raise errors.bad_request("invalid continue token: the continue token is not valid") from None
-    if not start.startswith(prefix):
-        raise errors.bad_request("continue key is not valid: the continue token was issued for another list")
-    return revision, start
+MAX_REVISION = listing.MAX_REVISION
+_parse_rv = listing.parse_rv
 
 
 @contextlib.contextmanager
@@ -186,16 +154,7 @@ def _revision_errors() -> Iterator[None]:
     except storage.CompactedError as e:
         raise errors.gone(f"too old resource version: {e.requested} ({e.compacted})") from None
     except storage.FutureRevisionError:
-        raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}) from None
-
-
-_CONTINUE_EXPIRED = (
-    "The provided continue parameter is too old to display a consistent list result. You can start a new "
-    "list without the continue parameter, or use the continue token in this response to retrieve the "
-    "remainder of the results. Continuing with the provided token results in an inconsistent list - "
-    "objects that were created, modified, or deleted between the time the first chunk was returned and "
-    "now may show up in the list."
-)
+        raise listing.too_large() from None
 
 
 class Store:
@@ -294,65 +253,31 @@ class Store:
         return self._finish(kind, decode(kv))
 
     async def list(self, kind: kinds.KindInfo, namespace: str, options: ListOptions) -> Object:
-        flt = Filter(kind, options.label_selector, options.field_selector)
-        prefix = keys.collection_prefix(self.cluster, kind, namespace)
-        revision, start_after = 0, ""
-        if options.continue_token:
-            revision, start_after = decode_continue(options.continue_token, prefix)
-        elif options.resource_version and options.resource_version != "0":
-            rv = _parse_rv(options.resource_version)
-            if options.resource_version_match == "Exact":
-                revision = rv
-            elif rv > await self.backend.current_revision():
-                raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1})
-        elif options.resource_version_match == "Exact":
-            raise errors.bad_request(
-                'resourceVersionMatch: Forbidden: resourceVersionMatch "Exact" is '
-                'forbidden for resourceVersion "0"'
-            )
+        """The list as objects, read in one go (see `listing`); requests use `list_body`."""
+        walk = await listing.ListWalk.open(self, kind, namespace, options, step=0)
         items: list[Object] = []
-        last_key = start_after
-        more = False
-        limit = options.limit if options.limit > 0 else 0
-        while True:
-            try:
-                page = await self.backend.list(
-                    prefix,
-                    start_after=last_key,
-                    revision=revision,
-                    limit=(limit - len(items)) if limit else 0,
-                )
-            except storage.CompactedError:
-                if options.continue_token:
-                    raise errors.gone(_CONTINUE_EXPIRED) from None
-                raise errors.gone("The resourceVersion for the provided list is too old.") from None
-            except storage.FutureRevisionError:
-                raise StatusError(
-                    504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1}
-                ) from None
-            revision = page.revision
-            for kv in page.items:
-                last_key = kv.key
-                obj = decode(kv)
-                if flt.matches(obj):
-                    items.append(obj if not kind.custom else self._finish(kind, obj))
-            if not page.more:
-                break
-            if limit and len(items) >= limit:
-                more = True
-                break
-        metadata: dict[str, Any] = {"resourceVersion": str(revision)}
-        if more:
-            metadata["continue"] = encode_continue(revision, last_key)
-            if flt.empty:
-                remaining = await self._remaining(prefix, last_key, revision)
-                if remaining:
-                    metadata["remainingItemCount"] = remaining
+        while (kvs := await walk.step()) is not None:
+            items.extend(walk.object(kv) for kv in kvs)
+        metadata = await walk.metadata()
         return {"kind": kind.list_kind, "apiVersion": kind.api_version, "metadata": metadata, "items": items}
 
-    async def _remaining(self, prefix: str, last_key: str, revision: int) -> int:
-        page = await self.backend.list(prefix, start_after=last_key, revision=revision)
-        return len(page.items)
+    def list_body(
+        self, kind: kinds.KindInfo, namespace: str, options: ListOptions, *,
+        table: watching.TableFormat | None = None,
+    ) -> AsyncIterator[bytes]:
+        """A list request's response body in chunks, from the stored bytes (see `listing`)."""
+        return listing.body_chunks(self, kind, namespace, options, table=table)
+
+    async def get_body(
+        self, kind: kinds.KindInfo, namespace: str, name: str, *, resource_version: str = ""
+    ) -> bytes:
+        """A GET's JSON body: the stored bytes spliced, never decoded."""
+        revision = _parse_rv(resource_version) if resource_version not in ("", "0") else 0
+        with _revision_errors():
+            kv = await self.backend.get(self.key(kind, namespace, name), revision=revision)
+        if kv is None:
+            raise errors.not_found(kind.plural, name, kind.group)
+        return stored.serve(kv.value, kv.mod_revision, stored.header_of(kind))
 
     # ---------------------------------------------------------------- create
 
@@ -924,7 +849,7 @@ class Store:
             kind, namespace, dataclasses.replace(list_options, limit=0, continue_token="")
         )
         deleted = []
-        for item in listed["items"]:
+        for index, item in enumerate(listed["items"], 1):
             meta = item["metadata"]
             try:
                 obj, _ = await self.delete(kind, meta.get("namespace", ""), meta["name"], options)
@@ -933,6 +858,8 @@ class Store:
                     continue
                 raise
             deleted.append(self._finish(kind, obj))
+            if index % listing.LIST_STEP == 0:
+                await asyncio.sleep(0)  # deleting 10,000 objects must not hold every other request
         return {
             "kind": kind.list_kind,
             "apiVersion": kind.api_version,
@@ -944,7 +871,7 @@ class Store:
         """Remove every key under a prefix without any hooks (a CRD's objects, a whole cluster)."""
         count = 0
         while True:
-            page = await self.backend.list(prefix, limit=500)
+            page = await self.backend.list(prefix, limit=listing.LIST_STEP)
             for kv in page.items:
                 try:
                     await self.backend.delete(kv.key)
@@ -953,6 +880,7 @@ class Store:
                     pass
             if not page.more:
                 return count
+            await asyncio.sleep(0)  # a cluster's teardown must not hold every other tenant
 
     # ---------------------------------------------------------------- watch
 
@@ -999,7 +927,7 @@ class Store:
         watch: storage.Watch | None = None
         if initial:
             if send_initial_events and start and start > await self.backend.current_revision():
-                raise StatusError(504, "Timeout", "Too large resource version", {"retryAfterSeconds": 1})
+                raise listing.too_large()
             first_page = await self.read_page(prefix, start_after="", revision=0, limit=watching.INITIAL_PAGE)
             start = first_page.revision
         else:

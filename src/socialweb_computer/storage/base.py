@@ -137,8 +137,11 @@ class Backend(Protocol):
         """Keys under `prefix` in key order, strictly after `start_after`, at most `limit` (0 = all),
         as of `revision` (0 = current)."""
 
-    async def count(self, prefix: str) -> int:
-        """How many keys live under `prefix` now."""
+    async def count(self, prefix: str, *, start_after: str = "", revision: int = 0) -> int:
+        """How many keys `list` would return for the same arguments without a limit, without
+        reading their values: keys under `prefix` in key order strictly after `start_after`,
+        as of `revision` (0 = current). Cheap: a list's remainingItemCount asks on every
+        page that has more. CompactedError / FutureRevisionError as for `list`."""
 
     async def create(self, key: str, value: bytes) -> Written:
         """Create `key`; KeyExistsError if it exists."""

@@ -235,6 +235,37 @@ async def check_count(b: base.Backend) -> None:
     assert await b.count("") == 6
 
 
+async def check_count_matches_list(b: base.Backend) -> None:
+    """count(...) is len(list(...)) for the same prefix, start and revision, while writes go on
+    (a count asked for once must keep up with later creates and deletes)."""
+    rng = random.Random(5)
+    names = [f"{p}{i:02}" for p in ("c/", "c/x/", "d/") for i in range(12)]
+    checked: list[tuple[str, str, int]] = []
+    for step in range(160):
+        key = rng.choice(names)
+        current = await b.get(key)
+        if current is None:
+            await b.create(key, b"v")
+        elif rng.random() < 0.5:
+            await b.delete(key)
+        else:
+            await b.update(key, b"w", expected_revision=0)
+        if step % 10:
+            continue
+        rev = await b.current_revision()
+        for prefix in ("c/", "c/x/", "d/", "", "c/x"):
+            checked.append((prefix, "", rev))
+            checked.append((prefix, rng.choice(names), rev))
+        for prefix, after, rev in checked[-30:]:
+            listed = await b.list(prefix, start_after=after, revision=rev)
+            counted = await b.count(prefix, start_after=after, revision=rev)
+            assert counted == len(listed.items), (prefix, after)
+            now = await b.list(prefix, start_after=after)
+            assert await b.count(prefix, start_after=after) == len(now.items), (prefix, after, "head")
+    head = await b.current_revision()
+    await expect_error(base.FutureRevisionError, b.count("c/", revision=head + 1))
+
+
 async def check_prefix_isolation(b: base.Backend) -> None:
     start = await b.current_revision()
     wa = await b.watch("a/", after_revision=start)
@@ -405,6 +436,8 @@ async def check_compaction(b: base.Backend) -> None:
     e = await expect_error(base.CompactedError, b.get("c/a", revision=mark - 1))
     assert (e.requested, e.compacted) == (mark - 1, mark)  # type: ignore[attr-defined]
     await expect_error(base.CompactedError, b.list("c/", revision=mark - 1))
+    await expect_error(base.CompactedError, b.count("c/", revision=mark - 1))
+    assert await b.count("c/", revision=mark) == 2
     await expect_error(base.CompactedError, b.watch("c/", after_revision=mark - 1))
     await expect_error(base.CompactedError, b.watch("c/", after_revision=0))
     w = await b.watch("c/", after_revision=mark)
@@ -468,6 +501,7 @@ CHECKS: tuple[Check, ...] = (
     check_list_at_past_revision,
     check_list_pages_consistent_under_writes,
     check_count,
+    check_count_matches_list,
     check_prefix_isolation,
     check_watch_live_and_prev,
     check_watch_replay_equals_live,

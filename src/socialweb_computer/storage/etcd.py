@@ -400,9 +400,12 @@ class EtcdBackend:
         items = [self._kv(kv) for kv in response.kvs]
         return base.ListResult(items=items, revision=revision or response.header.revision, more=response.more)
 
-    async def count(self, prefix: str) -> int:
-        start, end = self._range(prefix)
-        response = await self._read(pb.RangeRequest(key=start, range_end=end, count_only=True))
+    async def count(self, prefix: str, *, start_after: str = "", revision: int = 0) -> int:
+        # etcd counts from its in-memory key index (count_only): no values are read.
+        _check_revision(revision)
+        start, end = self._range(prefix, start_after)
+        request = pb.RangeRequest(key=start, range_end=end, count_only=True, revision=revision)
+        response = await self._read(request, revision=revision)
         return int(response.count)
 
     async def current_revision(self) -> int:

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 DEFAULT_HISTORY_LIMIT = 10_000  # revisions kept behind the head, at least
 DEFAULT_COMPACT_INTERVAL = 300.0  # seconds; like kube-apiserver's etcd compaction interval
 DEFAULT_WATCH_QUEUE_LIMIT = 1_000  # undelivered events a watcher may hold before it is ended
+COUNTED_PREFIXES = 4_096  # prefixes whose live keys are counted in memory (see `count`)
 CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints, run off the event loop
 REPLAY_CHUNK = 256  # log rows a catching-up watch reads per step
 COMPACT_BATCH = 2_000  # revisions swept per compaction transaction
@@ -86,7 +87,8 @@ _LIST_SQL = """SELECT id, name, create_revision, value FROM log AS l
       AND id = (SELECT MAX(id) FROM log WHERE name = l.name AND id <= ?)
     ORDER BY name LIMIT ?"""
 _COUNT_SQL = """SELECT COUNT(*) FROM log AS l
-    WHERE {range} AND deleted = 0 AND id = (SELECT MAX(id) FROM log WHERE name = l.name)"""
+    WHERE {range} AND id <= ? AND deleted = 0
+      AND id = (SELECT MAX(id) FROM log WHERE name = l.name AND id <= ?)"""
 # Update rows need the previous value for Event.prev; creates have none, tombstones carry it.
 _REPLAY_SQL = """SELECT l.id, l.name, l.created, l.deleted, l.create_revision, l.prev_revision,
         l.value, p.value
@@ -175,6 +177,7 @@ class SqliteBackend:
         self._by_prefix: dict[str, set[_Watch]] = {}  # live watches whose prefix ends in '/' (or "")
         self._odd: set[_Watch] = set()  # live watches on any other prefix: matched with startswith
         self._watches: set[_Watch] = set()
+        self._counts: dict[str, int] = {}  # live keys under a prefix at the head, see `count`
         self._sweep_lock = asyncio.Lock()
         self._compactor: asyncio.Task[None] | None = None
         self._checkpointer: _Checkpointer | None = None
@@ -239,10 +242,38 @@ class SqliteBackend:
         ]
         return base.ListResult(items=items, revision=rev, more=more)
 
-    async def count(self, prefix: str) -> int:
+    async def count(self, prefix: str, *, start_after: str = "", revision: int = 0) -> int:
+        """Counting the live keys of a prefix is a scan, so the head count of a '/'-prefix is
+        kept in memory once asked for: every later create and delete under it adjusts it,
+        and a count at the head is a dict lookup. Other counts scan the index."""
         self._ensure_open()
-        cond, params = prefix_range(prefix)
-        return int(self._db.execute(_COUNT_SQL.format(range=cond), params).fetchone()[0])
+        rev = self._readable(revision) if revision else self._rev
+        counted = rev == self._rev and not start_after and (not prefix or prefix.endswith("/"))
+        if counted and prefix in self._counts:
+            self._counts[prefix] = self._counts.pop(prefix)  # most recently used last
+            return self._counts[prefix]
+        cond, params = prefix_range(prefix, start_after=start_after)
+        with _storage_errors():
+            total = int(self._db.execute(_COUNT_SQL.format(range=cond), (*params, rev, rev)).fetchone()[0])
+        if counted:
+            if len(self._counts) >= COUNTED_PREFIXES:
+                del self._counts[next(iter(self._counts))]
+            self._counts[prefix] = total
+        return total
+
+    def _recount(self, key: str, change: int) -> None:
+        """Move the in-memory head counts of every counted prefix of `key` by `change`."""
+        counts = self._counts
+        if not counts:
+            return
+        if "" in counts:
+            counts[""] += change
+        slash = key.find("/")
+        while slash >= 0:
+            prefix = key[: slash + 1]
+            if prefix in counts:
+                counts[prefix] += change
+            slash = key.find("/", slash + 1)
 
     async def current_revision(self) -> int:
         return self._rev
@@ -274,6 +305,7 @@ class SqliteBackend:
         value = bytes(value)
         self._append((rev, key, 1, 0, rev, head[0] if head else 0, value))
         kv = base.KeyValue(key, value, rev, rev)
+        self._recount(key, 1)
         self._publish(base.Event(base.EventType.PUT, kv, None))
         return base.Written(kv)
 
@@ -294,6 +326,7 @@ class SqliteBackend:
         rev = self._rev + 1
         self._append((rev, key, 0, 1, prev.create_revision, prev.mod_revision, prev.value))
         kv = base.KeyValue(key, prev.value, prev.create_revision, rev)
+        self._recount(key, -1)
         self._publish(base.Event(base.EventType.DELETE, kv, prev))
         return base.Deleted(revision=rev, prev=prev)
 
