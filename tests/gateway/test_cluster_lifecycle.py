@@ -151,6 +151,36 @@ def test_kill_9_and_restart_bring_every_cluster_back(start_gateway, tmp_path: Pa
         assert response.status == 200
 
 
+def test_restart_reopens_ports_first_and_loads_control_planes_behind(start_gateway) -> None:
+    """After a restart every serving Cluster is Ready again (a new instance) as soon as the
+    gateway is ready; the control planes behind the ports load in the background
+    or for the first request, and then run their controllers; a parked one stays closed."""
+    clusters = [{"name": "a"}, {"name": "b"}, {"name": "parked", "running": False}]
+    gateway = start_gateway({"clusters": clusters})
+    urls = {name: gateway.wait_phase(name, "Ready")["status"]["url"] for name in ("a", "b")}
+    gateway.wait_phase("parked", "Unavailable")
+    gateway.stop()
+    log_start = gateway.stderr_path.stat().st_size
+
+    again = start_gateway(None)
+    for name, url in urls.items():
+        status = json.loads(again.kubectl("get", "cluster", name, "-o", "json").stdout)["status"]
+        assert (status["phase"], status["url"], status["instance"]) == ("Ready", url, 2)
+    assert json.loads(again.kubectl("get", "cluster", "parked", "-o", "json").stdout)["status"]["phase"] == (
+        "Unavailable")
+    tenant = again.tenant_kubeconfig("a")
+    again.kubectl_with(tenant, "create", "deployment", "web", "--image=registry.invalid/web:1")
+    deadline = time.monotonic() + 30
+    while "replicaset" not in again.kubectl_with(tenant, "get", "replicasets", "-o", "name").stdout:
+        assert time.monotonic() < deadline, "the reloaded control plane runs no Deployment controller"
+        time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while "control planes loaded" not in again.stderr_path.read_text()[log_start:]:
+        assert time.monotonic() < deadline, again.logs()
+        time.sleep(0.2)
+    assert "Traceback" not in again.stderr_path.read_text()[log_start:]
+
+
 def test_credential_is_refused_by_another_cluster(start_gateway, tmp_path: Path) -> None:
     gateway = start_gateway({"clusters": [{"name": "ci"}, {"name": "other"}]})
     urls = {name: gateway.wait_phase(name, "Ready")["status"]["url"] for name in ("ci", "other")}

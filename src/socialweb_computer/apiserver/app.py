@@ -165,12 +165,35 @@ async def _end_watches(app: web.Application) -> None:
         task.cancel()
 
 
-def build_app(cluster: LogicalCluster, *, authenticator: authn.ClientCertAuthenticator) -> web.Application:
-    """The app serving `cluster`; `authenticator` holds the ClientCA this listener accepts."""
-    app = web.Application(
-        middlewares=[error_middleware, authn_middleware, impersonation_middleware, authz_middleware],
-        client_max_size=handlers.MAX_BODY + 1,
-    )
+def _ready_middleware(ready: Callable[[], Awaitable[None]]) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def wait_until_ready(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            await ready()
+        except Exception:
+            log.exception("logical cluster %s could not start", request.app[handlers.CLUSTER].name)
+            raise errors.StatusError(503, "ServiceUnavailable",
+                                     "the control plane of this cluster could not start; retry later",
+                                     retry_after=1) from None
+        return await handler(request)
+
+    return wait_until_ready
+
+
+def build_app(
+    cluster: LogicalCluster,
+    *,
+    authenticator: authn.ClientCertAuthenticator,
+    ready: Callable[[], Awaitable[None]] | None = None,
+) -> web.Application:
+    """The app serving `cluster`; `authenticator` holds the ClientCA this listener accepts.
+
+    `ready`, when given, is awaited by every authenticated request before anything reads the
+    cluster: a listener may open before its cluster has started (a gateway restart)."""
+    middlewares = [error_middleware, authn_middleware, impersonation_middleware, authz_middleware]
+    if ready is not None:
+        middlewares.insert(2, _ready_middleware(ready))
+    app = web.Application(middlewares=middlewares, client_max_size=handlers.MAX_BODY + 1)
     app[handlers.CLUSTER] = cluster
     app[AUTHENTICATOR] = authenticator
     app[handlers.WATCHES] = set()

@@ -72,6 +72,8 @@ class LogicalCluster:
         ns_kind = self.registry.lookup("", "v1", "namespaces")
         assert ns_kind is not None
         for name in SYSTEM_NAMESPACES:
+            if await self.store.backend.get(self.store.key(ns_kind, "", name)) is not None:
+                continue  # a restart: the create below would go the whole write path to fail
             try:
                 await self.store.create(ns_kind, "", {"metadata": {"name": name}},
                                         store.WriteOptions(field_manager="kube-apiserver"))

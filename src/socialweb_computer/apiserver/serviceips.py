@@ -142,7 +142,9 @@ class Allocator:
         listed = await self.store.list(self._services, "", store_mod.ListOptions())
         for svc in listed["items"]:
             self._record(svc)
-        await self._ensure_kubernetes_service()
+        if not any(svc["metadata"]["name"] == "kubernetes" and svc["metadata"].get("namespace") == "default"
+                   for svc in listed["items"]):
+            await self._ensure_kubernetes_service()
 
     async def _ensure_kubernetes_service(self) -> None:
         svc = {

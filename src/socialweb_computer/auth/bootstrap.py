@@ -340,8 +340,12 @@ def cluster_role_bindings() -> list[Object]:
     ]
 
 
-async def ensure(store: Any) -> None:
-    """Create the bootstrap policy where missing; top up objects still marked autoupdate."""
+async def ensure(store: Any, existing: dict[str, dict[str, Object]] | None = None) -> None:
+    """Create the bootstrap policy where missing; top up objects still marked autoupdate.
+
+    `existing` is what the caller has just listed, by plural and name: an object found there
+    is only checked, not created again (a restart of a thousand clusters would otherwise run
+    some sixty doomed creates each through the whole write path)."""
     registry = store.registry
     for plural, objects in (
         ("clusterroles", cluster_roles()),
@@ -349,8 +353,13 @@ async def ensure(store: Any) -> None:
     ):
         kind = registry.lookup(GROUP, "v1", plural)
         assert kind is not None, plural
+        present = (existing or {}).get(plural, {})
         for wanted in objects:
-            await _ensure_one(store, kind, _pre_aggregated(wanted))
+            found = present.get(wanted["metadata"]["name"])
+            if found is not None:
+                await _top_up(store, kind, found, wanted)
+            else:
+                await _ensure_one(store, kind, _pre_aggregated(wanted))
 
 
 def _pre_aggregated(role: Object) -> Object:
@@ -382,7 +391,6 @@ def _aggregated_bootstrap_rules() -> dict[str, list[Object]]:
 
 
 async def _ensure_one(store: Any, kind: Any, wanted: Object) -> None:
-    name = wanted["metadata"]["name"]
     options = store_mod.WriteOptions(field_manager=MANAGER)
     try:
         await store.create(kind, "", copy.deepcopy(wanted), options)
@@ -390,15 +398,38 @@ async def _ensure_one(store: Any, kind: Any, wanted: Object) -> None:
     except errors.StatusError as e:
         if e.reason != "AlreadyExists":
             raise
-    existing = await store.get(kind, "", name)
+    await _top_up(store, kind, await store.get(kind, "", wanted["metadata"]["name"]), wanted)
+
+
+async def _top_up(store: Any, kind: Any, existing: Object, wanted: Object) -> None:
+    """Add back what `wanted` has and `existing` lacks, if it is still marked autoupdate."""
     if (existing["metadata"].get("annotations") or {}).get(AUTOUPDATE) != "true":
+        return
+    if not _lacks(existing, wanted):
         return
     merged = reconcile(existing, wanted)
     if merged is not None:
+        name = wanted["metadata"]["name"]
         try:
-            await store.update(kind, "", name, merged, options)
+            await store.update(kind, "", name, merged, store_mod.WriteOptions(field_manager=MANAGER))
         except errors.StatusError as e:  # a concurrent writer won; the next start tops it up
             log.info("bootstrap reconcile of %s %s skipped: %s", kind.plural, name, e)
+
+
+def _lacks(existing: Object, wanted: Object) -> bool:
+    """Whether `reconcile` would change anything, without copying (the common answer is no)."""
+    meta = existing.get("metadata") or {}
+    for field in ("labels", "annotations"):
+        if not (wanted["metadata"].get(field) or {}).keys() <= (meta.get(field) or {}).keys():
+            return True
+    if "aggregationRule" in wanted:
+        selectors = (existing.get("aggregationRule") or {}).get("clusterRoleSelectors") or []
+        return any(s not in selectors for s in wanted["aggregationRule"]["clusterRoleSelectors"])
+    for field in ("rules", "subjects"):
+        present = existing.get(field) or []
+        if any(item not in present for item in wanted.get(field) or []):
+            return True
+    return False
 
 
 def reconcile(existing: Object, wanted: Object) -> Object | None:

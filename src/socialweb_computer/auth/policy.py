@@ -69,14 +69,17 @@ class ClusterPolicy:
 
     async def start(self) -> None:
         registry = self.store.registry
+        existing: dict[str, dict[str, Any]] = {}
         for plural in rbac.PLURALS:
             kind = registry.lookup(rbac.GROUP, "v1", plural)
             listed = await self.store.list(kind, "", store_mod.ListOptions())
             for obj in listed["items"]:
                 self.index.put(plural, obj)
+            existing[plural] = {obj["metadata"]["name"]: obj for obj in listed["items"]
+                                if not obj["metadata"].get("namespace")}
         await self.node_graph.start()
         await self.node_restriction.start()
-        await bootstrap.ensure(self.store)
+        await bootstrap.ensure(self.store, existing)
         await self.aggregator.settle()
         await self.service_accounts.start()
 

@@ -76,8 +76,11 @@ class ClusterController:
             name: rec.port for name in state.cluster_names() if (rec := state.read_cluster(name)) is not None
         }
         self._unsynced: set[str] = set()
+        self._synced = asyncio.Event()
+        self._reopened: set[str] = set()  # listening again after a restart; status not yet written
         self._backoff: dict[str, _Backoff] = {}
         self._worker: asyncio.Task[None] | None = None
+        self._loader: asyncio.Task[None] | None = None
         admin.store.after_write.append(self._on_write)
 
     # ------------------------------------------------------------------ lifecycle
@@ -89,18 +92,77 @@ class ClusterController:
         # forced off) are synced too, which removes them.
         names.update(self._ports)
         self._unsynced = set(names)
+        if not names:
+            self._synced.set()
+        await self._reopen(listed["items"])
         for name in sorted(names):
             self.queue.add(name)
-        self._worker = asyncio.get_running_loop().create_task(
+        loop = asyncio.get_running_loop()
+        self._worker = loop.create_task(
             framework.run_worker("cluster-controller", self.queue, self.sync), name="cluster-controller"
         )
+        self._loader = loop.create_task(self._load_reopened(), name="cluster-loader")
+
+    async def _reopen(self, clusters: list[Object]) -> None:
+        """A gateway restart: open the port of every cluster that was serving before, first.
+
+        A listener costs a TLS context and a socket; starting a control plane costs ten times
+        that. So every reopened tenant answers (its first requests wait for its load) and is
+        Ready within about the time a bare process takes to open as many listeners; the
+        control planes load behind, one after the other, or at once for a request."""
+        for cluster in clusters:
+            meta = cluster["metadata"]
+            name = meta["name"]
+            record = self.state.read_cluster(name)
+            if (record is None or record.uid != meta.get("uid") or meta.get("deletionTimestamp")
+                    or resource.FINALIZER not in meta.get("finalizers", [])
+                    or not cluster.get("spec", {}).get("running", True)):
+                continue  # new, deleted, parked or foreign: the sync decides
+            tenant = tenants.TenantPlane(
+                record, self.state.cluster_pki(name), self.backend, self.spec.address, self.queue.add
+            )
+            try:
+                await tenant.listen()
+            except OSError:
+                continue  # the sync retries and reports why (PortInUse, ListenFailed)
+            self.tenants[name] = tenant
+            self._reopened.add(name)
+            await asyncio.sleep(0)
+
+    async def _load_reopened(self) -> None:
+        """Start the control planes of reopened tenants once every cluster has been synced once
+        (their Ready statuses go first), one at a time; requests may have loaded some already."""
+        await self._synced.wait()
+        started = self._now()
+        loaded = 0
+        for name in list(self.tenants):
+            tenant = self.tenants.get(name)
+            if tenant is None or tenant.loaded:
+                continue
+            try:
+                await tenant.load()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if self.tenants.get(name) is tenant:
+                    log.exception("cluster %s: its control plane could not start; bringing it up again", name)
+                    del self.tenants[name]
+                    await tenant.stop()
+                    self.queue.add(name)
+                continue
+            loaded += 1
+            gc.freeze()  # as after a first start, see _start_tenant
+            await asyncio.sleep(0)
+        if loaded:
+            log.info("%d control planes loaded in %.1fs after the restart", loaded, self._now() - started)
 
     async def close(self) -> None:
         self.queue.shutdown()
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
+        for task in (self._worker, self._loader):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await tenants.stop_all(list(self.tenants.values()))
         self.tenants.clear()
 
@@ -122,6 +184,8 @@ class ClusterController:
             await self._sync(name)
         finally:
             self._unsynced.discard(name)
+            if not self._unsynced:
+                self._synced.set()
 
     async def _sync(self, name: str) -> None:
         try:
@@ -144,6 +208,12 @@ class ClusterController:
         if tenant is None:
             await self._start_tenant(cluster)
             return
+        if name in self._reopened:
+            instance = int(cluster.get("status", {}).get("instance", 0)) + 1
+            await self._set_serving(cluster, tenant, instance=instance)
+            self._reopened.discard(name)
+            log.info("cluster %s is Ready at %s (instance %d)", name, tenant.record.url, instance)
+            return
         await self._set_serving(cluster, tenant)
 
     async def _set_serving(self, cluster: Object, tenant: tenants.TenantPlane, **fields: Any) -> Object:
@@ -162,7 +232,8 @@ class ClusterController:
         backoff = self._backoff.get(name)
         if backoff is not None and backoff.generation == generation and self._now() < backoff.not_before:
             return
-        if backoff is None:
+        if backoff is None and cluster.get("status", {}).get("phase") != resource.READY:
+            # (A cluster still Ready from before a restart stays so until it is Ready again.)
             cluster = await self._set_status(
                 cluster, resource.INITIALIZING, "False", "Starting", "the control plane is being brought up"
             )
@@ -248,6 +319,7 @@ class ClusterController:
     async def _park(self, cluster: Object) -> None:
         name = cluster["metadata"]["name"]
         self._backoff.pop(name, None)
+        self._reopened.discard(name)
         tenant = self.tenants.pop(name, None)
         if tenant is not None:
             await tenant.stop()
@@ -279,6 +351,7 @@ class ClusterController:
 
     async def _teardown(self, name: str) -> None:
         self._backoff.pop(name, None)
+        self._reopened.discard(name)
         tenant = self.tenants.pop(name, None)
         if tenant is not None:
             await tenant.stop()

@@ -9,13 +9,14 @@ down closes the listener first, so nothing answers for a cluster that is going a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
 from aiohttp import web
 
 from socialweb_computer.apiserver import app as app_mod
-from socialweb_computer.apiserver import kinds
+from socialweb_computer.apiserver import keys, kinds
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn
 from socialweb_computer.clusterprovider import layout
@@ -26,6 +27,10 @@ log = logging.getLogger(__name__)
 
 
 class TenantPlane:
+    """One tenant: `listen()` opens its port, `load()` starts its control plane (RBAC,
+    namespaces, controllers). Requests that arrive in between wait for the load, and a
+    request to a tenant nobody has loaded yet loads it. `start()` is both, in order."""
+
     def __init__(
         self,
         record: layout.ClusterRecord,
@@ -41,43 +46,66 @@ class TenantPlane:
         self._plane = plane
         self._address = address
         self._runner: web.AppRunner | None = None
+        self._loading: asyncio.Task[None] | None = None
         self._on_nodes_changed = on_nodes_changed
         self.cluster.store.after_write.append(self._watch_nodes)
         self.node_count = 0
 
+    @property
+    def loaded(self) -> bool:
+        task = self._loading
+        return task is not None and task.done() and not task.cancelled() and task.exception() is None
+
     async def start(self) -> None:
-        await self.cluster.start()
+        await self.listen()
+        await self.load()
+
+    async def listen(self) -> None:
+        """Bind the tenant's port; what it serves waits for `load()`. Cheap: a TLS context and a
+        listener, so a gateway restart opens every tenant's port first."""
         try:
             self.node_count = await self._count_nodes()
             context = app_mod.server_ssl_context(
                 self._plane.serving_cert, self._plane.serving_key, self._plane.client_ca
             )
             authenticator = authn.ClientCertAuthenticator.from_pem_file(self._plane.client_ca)
-            app = app_mod.build_app(self.cluster, authenticator=authenticator)
+            app = app_mod.build_app(self.cluster, authenticator=authenticator, ready=self.load)
             self._runner, _ = await app_mod.serve(
                 app, host=self._address, port=self.record.port, ssl_context=context
             )
-            # default/kubernetes points at this listener, as kube-apiserver's endpoint reconciler does.
-            await endpoints.publish_apiserver(self.cluster.store, app_mod.loopback_ip(self._address),
-                                              self.record.port)
         except BaseException:
             await self.stop()
             raise
+
+    async def load(self) -> None:
+        """Start the control plane, once: every caller waits for the same start, which goes on
+        even when one of them gives up (a request whose client went away)."""
+        if self._loading is None:
+            loop = asyncio.get_running_loop()
+            self._loading = loop.create_task(self._load(), name=f"load {self.record.name}")
+        await asyncio.shield(self._loading)
+
+    async def _load(self) -> None:
+        await self.cluster.start()
+        # default/kubernetes points at this listener, as kube-apiserver's endpoint reconciler does.
+        await endpoints.publish_apiserver(self.cluster.store, app_mod.loopback_ip(self._address),
+                                          self.record.port)
 
     async def stop(self) -> None:
         """Close the listener (in-flight watches end), then the cluster's controllers."""
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+            with contextlib.suppress(BaseException):
+                await self._loading
         await self.cluster.close()
 
     async def _count_nodes(self) -> int:
-        from socialweb_computer.apiserver import store
-
         kind = self.cluster.registry.lookup("", "v1", "nodes")
         assert kind is not None
-        listed = await self.cluster.store.list(kind, "", store.ListOptions())
-        return len(listed["items"])
+        return await self.cluster.store.backend.count(keys.kind_prefix(self.record.name, kind))
 
     def _watch_nodes(self, kind: kinds.KindInfo, event: str, new: object, old: object) -> None:
         if kind.plural != "nodes" or kind.group or event == "MODIFIED":
