@@ -55,6 +55,9 @@ class KindInfo:
     custom: bool = False
     # Stored but not listable/creatable through normal verbs (e.g. review kinds answer POST only).
     storage: bool = True
+    # The version objects are stored in when several versions share them ("" = this row's version);
+    # `conversion.py` converts between them.
+    storage_version: str = ""
 
     @property
     def group_version(self) -> str:
@@ -63,6 +66,12 @@ class KindInfo:
     @property
     def api_version(self) -> str:
         return self.group_version
+
+    @property
+    def storage_api_version(self) -> str:
+        """The apiVersion objects of this kind are stored in (every served version shares them)."""
+        version = self.storage_version or self.version
+        return f"{self.group}/{version}" if self.group else version
 
     @property
     def list_kind(self) -> str:
