@@ -107,3 +107,58 @@ def marshal_json(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ",".join(marshal_json(v) for v in value) + "]"
     raise TypeError(f"json: unsupported type: {type(value).__name__}")
+
+
+class GoSyntax(str):
+    """Text already in Go's `%#v` form (a struct, map or slice), printed as it is."""
+
+
+def go_string_map(value: dict[str, Any] | None) -> GoSyntax:
+    """`%#v` of a map[string]string: keys sorted, as fmt prints maps."""
+    if value is None:
+        return GoSyntax("map[string]string(nil)")
+    items = ", ".join(f"{quote(str(k))}:{quote(str(value[k]))}" for k in sorted(value))
+    return GoSyntax(f"map[string]string{{{items}}}")
+
+
+def go_string_slice(value: list[Any] | None) -> GoSyntax:
+    if value is None:
+        return GoSyntax("[]string(nil)")
+    return GoSyntax("[]string{" + ", ".join(quote(str(v)) for v in value) + "}")
+
+
+def go_label_selector(selector: dict[str, Any] | None) -> GoSyntax:
+    """`%#v` of a metav1.LabelSelector, as validation messages print a selector."""
+    selector = selector or {}
+    expressions = selector.get("matchExpressions")
+    if expressions is None:
+        shown = "[]v1.LabelSelectorRequirement(nil)"
+    else:
+        shown = "[]v1.LabelSelectorRequirement{" + ", ".join(
+            f"v1.LabelSelectorRequirement{{Key:{quote(str(e.get('key', '')))}, "
+            f"Operator:{quote(str(e.get('operator', '')))}, Values:{go_string_slice(e.get('values'))}}}"
+            for e in expressions if isinstance(e, dict)) + "}"
+    labels = selector.get("matchLabels")
+    return GoSyntax(f"v1.LabelSelector{{MatchLabels:{go_string_map(labels)}, MatchExpressions:{shown}}}")
+
+
+def value(v: Any) -> str:
+    """A value as field.Error prints it: strings quoted, numbers and booleans as %v, nil as null,
+    Go syntax as given; other JSON values (maps and lists of unknown Go type) as their JSON."""
+    if isinstance(v, GoSyntax):
+        return str(v)
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return format_float(v)
+    if isinstance(v, str):
+        return quote(v)
+    if isinstance(v, dict) and all(isinstance(x, str) for x in v.values()):
+        return go_string_map(v)
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return go_string_slice(v)
+    return marshal_json(v)

@@ -8,8 +8,9 @@ class), and clients rely on the refusals word for word:
     pods "x" is forbidden: the integer value of priority (5) must not be provided in pod spec;
         priority admission controller computed 7 from the given PriorityClass name
 
-It also keeps PriorityClasses to one globalDefault, and creates `system-cluster-critical`
-and `system-node-critical` at start, as the apiserver's bootstrap does.
+It also keeps PriorityClasses to one globalDefault, creates `system-cluster-critical`
+and `system-node-critical` at start, as the apiserver's bootstrap does, and refuses to
+delete them (`this is a system priority class and cannot be deleted`).
 
 Runs as a store `before_write` hook (after decoding, before defaults and validation, like
 upstream's mutating admission) over a PriorityClass index the store's `after_write` hook
@@ -37,6 +38,8 @@ SYSTEM_CLASSES = (
                     "another node if necessary."},
 )
 
+SYSTEM_NAMES = frozenset(c["metadata"]["name"] for c in SYSTEM_CLASSES)
+
 
 def _forbidden(plural: str, group: str, obj: Object, why: str) -> errors.StatusError:
     """admission.NewForbidden: names the object by generateName while it has no name yet."""
@@ -52,6 +55,7 @@ class PriorityAdmission:
         self.classes: dict[str, Object] = {}
         store.after_write.append(self._after_write)
         store.before_write.append(self._before_write)
+        store.before_delete.append(self._before_delete)
 
     @property
     def _kind(self) -> kinds.KindInfo:
@@ -104,6 +108,13 @@ class PriorityAdmission:
                 self._keep_priority(new, old)
         elif kind.group == GROUP and kind.plural == PLURAL:
             self.validate_class(new, creating=old is None)
+
+    @staticmethod
+    def _before_delete(kind: kinds.KindInfo, obj: Object) -> None:
+        name = obj["metadata"]["name"]
+        if kind.group == GROUP and kind.plural == PLURAL and name in SYSTEM_NAMES:
+            raise errors.forbidden(f'{PLURAL}.{GROUP} "{name}" is forbidden: this is a system priority class '
+                                   "and cannot be deleted", PLURAL, name, GROUP)
 
     def admit_pod(self, pod: Object) -> None:
         spec = pod.get("spec")

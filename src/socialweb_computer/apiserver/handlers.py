@@ -20,6 +20,7 @@ from socialweb_computer.api import errors
 from socialweb_computer.apiserver import cluster as cluster_mod
 from socialweb_computer.apiserver import (
     discovery,
+    health,
     kinds,
     limits,
     openapi,
@@ -472,7 +473,11 @@ async def _watch(request: web.Request, kind: kinds.KindInfo, namespace: str) -> 
                 "meta.k8s.io",
             )
     elif options.resource_version_match:
-        raise errors.bad_request("resourceVersionMatch is forbidden for watch")
+        raise errors.invalid(
+            "ListOptions", "",
+            [errors.Cause("FieldValueForbidden", "Forbidden: resourceVersionMatch is forbidden for watch "
+                          "unless sendInitialEvents is provided", "resourceVersionMatch")],
+            "meta.k8s.io")
     timeout = req.int_query(request, "timeoutSeconds")
     table_version = printers.negotiate_table(request.headers.get("Accept", ""))
     table = watching.TableFormat(table_version, _include_object(request)) if table_version else None
@@ -547,8 +552,8 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
     if not segments:
         return json_response(root_paths(_cluster(request)))
     head = segments[0]
-    if head in ("healthz", "livez", "readyz"):
-        return web.Response(text="ok", content_type="text/plain")
+    if head in health.CHECKS:
+        return await health.handle(request, _cluster(request).store.backend, segments)
     if head == "version" and len(segments) == 1:
         return json_response(discovery.version_info())
     if head == "openapi":

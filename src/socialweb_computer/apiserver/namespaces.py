@@ -5,16 +5,20 @@ A namespace being deleted is `Terminating` and keeps its `kubernetes` finalizer 
 spec.finalizers) until everything in it is gone. This controller deletes the namespace's
 contents kind by kind (honouring each object's own finalizers), waits until nothing is
 left, then clears the finalizer through `namespaces/finalize`, which removes the
-namespace. It reacts to writes (no polling while nothing is terminating).
+namespace. Meanwhile the namespace's status carries upstream's deletion conditions
+(`NamespaceContentRemaining: Some resources are remaining: pods. has 1 resource instances`,
+`NamespaceFinalizersRemaining`, ...), written only when they change. It reacts to writes
+(no polling while nothing is terminating).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from typing import Any
 
-from socialweb_computer.api import errors
+from socialweb_computer.api import errors, objects
 from socialweb_computer.apiserver import keys, kinds
 from socialweb_computer.apiserver import store as store_mod
 
@@ -25,6 +29,48 @@ FINALIZER = "kubernetes"
 RETRY_SECONDS = 0.5
 
 Object = dict[str, Any]
+
+
+class Remaining:
+    """What is left of a namespace's content: objects per resource and finalizers per name."""
+
+    def __init__(self) -> None:
+        self.resources: collections.Counter[str] = collections.Counter()
+        self.finalizers: collections.Counter[str] = collections.Counter()
+
+    def add(self, resource: str, finalizers: list[str]) -> None:
+        self.resources[resource] += 1
+        self.finalizers.update(finalizers)
+
+    def conditions(self) -> list[Object]:
+        """The five conditions upstream's namespace deleter keeps, in its order and words."""
+        out = [
+            _cond("NamespaceDeletionDiscoveryFailure", "False", "ResourcesDiscovered",
+                  "All resources successfully discovered"),
+            _cond("NamespaceDeletionGroupVersionParsingFailure", "False", "ParsedGroupVersions",
+                  "All legacy kube types successfully parsed"),
+            _cond("NamespaceDeletionContentFailure", "False", "ContentDeleted",
+                  "All content successfully deleted, may be waiting on finalization"),
+        ]
+        if self.resources:
+            listed = ", ".join(f"{r} has {n} resource instances" for r, n in sorted(self.resources.items()))
+            out.append(_cond("NamespaceContentRemaining", "True", "SomeResourcesRemain",
+                             f"Some resources are remaining: {listed}"))
+        else:
+            out.append(_cond("NamespaceContentRemaining", "False", "ContentRemoved",
+                             "All content successfully removed"))
+        if self.finalizers:
+            listed = ", ".join(f"{f} in {n} resource instances" for f, n in sorted(self.finalizers.items()))
+            out.append(_cond("NamespaceFinalizersRemaining", "True", "SomeFinalizersRemain",
+                             f"Some content in the namespace has finalizers remaining: {listed}"))
+        else:
+            out.append(_cond("NamespaceFinalizersRemaining", "False", "ContentHasNoFinalizers",
+                             "All content-preserving finalizers finished"))
+        return out
+
+
+def _cond(kind: str, status: str, reason: str, message: str) -> Object:
+    return {"type": kind, "status": status, "reason": reason, "message": message}
 
 
 class NamespaceController:
@@ -63,7 +109,11 @@ class NamespaceController:
 
     async def _finalize(self, name: str) -> None:
         try:
-            while await self._delete_contents(name):
+            while True:
+                remaining = await self._delete_contents(name)
+                await self._report(name, remaining)
+                if not remaining.resources:
+                    break
                 await asyncio.sleep(RETRY_SECONDS)
             await self._clear_finalizer(name)
         except asyncio.CancelledError:
@@ -71,10 +121,14 @@ class NamespaceController:
         except Exception:
             log.exception("finalizing namespace %s failed; it stays Terminating until the next write", name)
 
-    async def _delete_contents(self, name: str) -> int:
-        """Delete what is left in the namespace; returns how many objects remain."""
-        remaining = 0
+    async def _delete_contents(self, name: str) -> Remaining:
+        """Delete what is left in the namespace; returns what remains (objects still finalizing)."""
+        remaining = Remaining()
+        seen: set[tuple[str, str]] = set()
         for kind in self.store.registry.all():
+            if (kind.group, kind.plural) in seen:
+                continue  # another version of the same objects
+            seen.add((kind.group, kind.plural))
             if not kind.namespaced or not kind.storage or kind.verbs == ("create",):
                 continue
             if not await self.store.backend.count(keys.collection_prefix(self.store.cluster, kind, name)):
@@ -82,8 +136,40 @@ class NamespaceController:
             deleted = await self.store.delete_collection(
                 kind, name, store_mod.ListOptions(), store_mod.DeleteOptions(propagation_policy="Background")
             )
-            remaining += sum(1 for obj in deleted["items"] if obj["metadata"].get("deletionTimestamp"))
+            for obj in deleted["items"]:
+                if obj["metadata"].get("deletionTimestamp"):
+                    remaining.add(f"{kind.plural}.{kind.group}", obj["metadata"].get("finalizers") or [])
         return remaining
+
+    async def _report(self, name: str, remaining: Remaining) -> None:
+        """Write the deletion conditions when they differ from the namespace's."""
+        try:
+            ns = await self.store.get(self.kind, "", name)
+        except errors.StatusError as e:
+            if e.code == 404:
+                return
+            raise
+        status = ns.setdefault("status", {})
+        now = objects.rfc3339(objects.now())
+        current = {c.get("type"): c for c in status.get("conditions") or []}
+        wanted = []
+        for cond in remaining.conditions():
+            old = current.get(cond["type"])
+            same = old is not None and all(old.get(k) == cond[k] for k in ("status", "reason", "message"))
+            moved = old is None or old.get("status") != cond["status"]
+            since = now if moved else old.get("lastTransitionTime", now)  # type: ignore[union-attr]
+            wanted.append(old if same else {"type": cond["type"], "status": cond["status"],
+                                            "lastTransitionTime": since, "reason": cond["reason"],
+                                            "message": cond["message"]})
+        if wanted == status.get("conditions"):
+            return
+        status["conditions"] = wanted
+        try:
+            await self.store.update(self.kind, "", name, ns, store_mod.WriteOptions(
+                field_manager="namespace-controller", subresource="status", field_validation="Ignore"))
+        except errors.StatusError as e:
+            if e.code not in (404, 409):
+                raise
 
     async def _clear_finalizer(self, name: str) -> None:
         for _ in range(10):

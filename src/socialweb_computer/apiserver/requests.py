@@ -95,7 +95,9 @@ def list_options(request: web.Request) -> store_mod.ListOptions:
     if match not in ("", "Exact", "NotOlderThan"):
         raise errors.bad_request(f"resourceVersionMatch: Unsupported value: \"{match}\": supported values: "
                                  f"\"Exact\", \"NotOlderThan\"")
-    if match and not request.query.get("resourceVersion"):
+    # A watch-list (sendInitialEvents=true, resourceVersionMatch=NotOlderThan) may leave the
+    # resourceVersion out: it then starts from a consistent read of the latest state.
+    if match and not request.query.get("resourceVersion") and not query_flag(request, "watch"):
         raise errors.bad_request("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless "
                                  "resourceVersion is provided")
     limit = int_query(request, "limit") or 0

@@ -4,9 +4,11 @@ One `Store` serves one logical cluster. Every kind goes through the same code; w
 differs per kind comes from its `KindInfo` row and its `Strategy`. The write path runs
 the hooks in a fixed order:
 
-    decode (Go types: `typecheck`; unknown fields) → defaults (strategy.prepare_*)
+    decode (Go types: `typecheck`; unknown fields) → admission (before_write)
+           → defaults (strategy.default, strategy.prepare_*)
            → validate (metadata, strategy, required fields, field rules, CRD schema)
-           → managedFields → stored-size check → compare-and-swap write (skipped under dryRun=All)
+           → Go's omitempty (gojson) → managedFields → stored-size check
+           → compare-and-swap write (skipped under dryRun=All)
 
 Objects are stored as JSON without `metadata.resourceVersion`; the store fills it in
 from the revision of the last write when it reads.
@@ -28,6 +30,7 @@ import orjson
 from socialweb_computer.api import errors, objects
 from socialweb_computer.api.errors import Cause, StatusError
 from socialweb_computer.apiserver import (
+    gojson,
     keys,
     kinds,
     limits,
@@ -171,6 +174,9 @@ class Store:
         # and written (old is None on create); admission checks such as RBAC escalation
         # prevention raise StatusError here to refuse the write.
         self.before_write: list[Callable[[kinds.KindInfo, Object, Object | None], None]] = []
+        # Called with (kind, object) before a delete starts (also each object of a deletecollection);
+        # raising StatusError refuses it (system PriorityClasses, for one).
+        self.before_delete: list[Callable[[kinds.KindInfo, Object], None]] = []
         self._event_cache: watching.EventCache | None = None
 
     # ---------------------------------------------------------------- helpers
@@ -318,8 +324,10 @@ class Store:
             meta["generation"] = 1
         else:
             meta.pop("generation", None)
+        strategy.default(obj)
         strategy.prepare_for_create(obj)
         self._validate(kind, strategy, obj, None)
+        self._go_round_trip(kind, obj)
         if kind.namespaced and namespace:
             await self._require_namespace(kind, namespace, meta["name"])
         if options.field_manager:
@@ -419,6 +427,12 @@ class Store:
             causes += [c for c in field_rules.causes(obj, kind.definition) if c.field not in reported]
         if causes:
             raise errors.invalid(kind.kind, obj.get("metadata", {}).get("name", ""), causes, kind.group)
+
+    @staticmethod
+    def _go_round_trip(kind: kinds.KindInfo, obj: Object) -> None:
+        """What a Go server keeps of a built-in object: no empty omitempty fields (see gojson)."""
+        if not kind.custom:
+            gojson.normalize(kind.api_version, kind.kind, obj)
 
     def _track(self, kind: kinds.KindInfo, old: Object | None, new: Object, options: WriteOptions) -> None:
         manager = options.field_manager or "unknown"
@@ -535,11 +549,13 @@ class Store:
                 )
         strategy = strategies.for_kind(kind.group, kind.kind)
         self._admit(kind, new, old, options)
+        strategy.default(new)
         if not options.subresource:
             strategy.prepare_for_update(new, old)
         elif options.subresource == "status":
             strategy.prepare_for_status_update(new, old)
         self._validate(kind, strategy, new, old)
+        self._go_round_trip(kind, new)
         if self._tracks_generation(kind):
             generation = old_meta.get("generation", 1)
             if self._spec_changed(kind, new, old):
@@ -552,9 +568,10 @@ class Store:
         value = encode_for_storage(kind, new)
         if options.dry_run:
             return WriteResult(self._finish(kind, new))
-        if (old_meta.get("deletionTimestamp") and not meta.get("finalizers")
+        if (old_meta.get("deletionTimestamp") and not meta.get("finalizers") and not
+                meta.get("deletionGracePeriodSeconds")
                 and not strategies.for_kind(kind.group, kind.kind).holds_deletion(new)):
-            # The last finalizer is gone: the object goes away now.
+            # The last finalizer is gone (and no graceful deletion is pending): the object goes now.
             deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
             meta["resourceVersion"] = str(deleted.revision)
             self._finish(kind, new)
@@ -770,6 +787,8 @@ class Store:
             kv = await self._get_kv(kind, namespace, name)
             obj = self._finish(kind, decode(kv))
             meta = obj["metadata"]
+            for hook in self.before_delete:
+                hook(kind, obj)
             if options.precondition_uid and options.precondition_uid != meta.get("uid"):
                 raise errors.conflict(
                     kind.plural,
@@ -808,14 +827,19 @@ class Store:
                 meta["resourceVersion"] = str(deleted.revision)
                 self._notify(kind, "DELETED", None, obj)
                 return obj, 200
-            if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
+            # A second delete may shorten a pending graceful deletion (a kubelet's grace-0 delete).
+            shortened = bool(meta.get("deletionTimestamp")) and graceful < int(
+                meta.get("deletionGracePeriodSeconds") or 0)
+            if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []) and \
+                    not shortened:
                 return obj, 202 if graceful else 200
             old = copy.deepcopy(obj)
             meta["finalizers"] = finalizers
-            if not meta.get("deletionTimestamp"):
+            if not meta.get("deletionTimestamp") or shortened:
                 meta["deletionTimestamp"] = objects.rfc3339(objects.now())
                 meta["deletionGracePeriodSeconds"] = graceful or 0
             strategies.for_kind(kind.group, kind.kind).prepare_for_delete(obj)
+            self._go_round_trip(kind, obj)
             if options.dry_run:
                 return obj, 202 if graceful else 200
             try:

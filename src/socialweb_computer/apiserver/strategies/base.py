@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from socialweb_computer.api import objects
+from socialweb_computer.api import gofmt, objects
 from socialweb_computer.api.errors import Cause
 
 Object = dict[str, Any]
@@ -15,10 +15,8 @@ def required(field: str) -> Cause:
 
 
 def invalid(field: str, value: Any, detail: str) -> Cause:
-    shown = (
-        f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value
-    )
-    return Cause("FieldValueInvalid", f"Invalid value: {shown}: {detail}", field)
+    """field.Invalid: the value printed as Go prints it (see gofmt.value)."""
+    return Cause("FieldValueInvalid", f"Invalid value: {gofmt.value(value)}: {detail}", field)
 
 
 def forbidden(field: str, detail: str) -> Cause:
@@ -26,8 +24,9 @@ def forbidden(field: str, detail: str) -> Cause:
 
 
 def not_supported(field: str, value: Any, allowed: list[str]) -> Cause:
-    quoted = ", ".join(f'"{a}"' for a in allowed)
-    return Cause("FieldValueNotSupported", f'Unsupported value: "{value}": supported values: {quoted}', field)
+    quoted = ", ".join(gofmt.quote(a) for a in allowed)
+    return Cause("FieldValueNotSupported",
+                 f"Unsupported value: {gofmt.value(value)}: supported values: {quoted}", field)
 
 
 def immutable(field: str, value: Any) -> Cause:
@@ -43,8 +42,13 @@ class Strategy:
     # Kinds whose status subresource must not drop a status given at create (pods, nodes, namespaces).
     keep_status_on_create = False
 
+    def default(self, obj: Object) -> None:
+        """SetDefaults: fill what the client left unset *or empty* (`strategy: {}` gets its type), on
+        every write of the object (create, update, patch, apply, status), before prepare_*. Must be
+        idempotent and must not depend on the old object."""
+
     def prepare_for_create(self, obj: Object) -> None:
-        """Fill defaults on a new object."""
+        """Set what only the server decides on a new object (status, generated fields)."""
 
     def prepare_for_update(self, new: Object, old: Object) -> None:
         """Carry over or default fields on an update of the main resource."""

@@ -212,22 +212,45 @@ def qos_class(spec: dict) -> str:
 class ServiceStrategy(base.Strategy):
     name_format = "label"
 
+    def default(self, obj: Object) -> None:
+        """SetDefaults_Service."""
+        spec = obj.setdefault("spec", {})
+        if not isinstance(spec, dict):
+            return
+        if not spec.get("type"):
+            spec["type"] = "ClusterIP"
+        if not spec.get("sessionAffinity"):
+            spec["sessionAffinity"] = "None"
+        if spec["sessionAffinity"] == "ClientIP":
+            config = spec.setdefault("sessionAffinityConfig", {})
+            client_ip = config.setdefault("clientIP", {}) if isinstance(config, dict) else None
+            if isinstance(client_ip, dict) and not client_ip.get("timeoutSeconds"):
+                client_ip["timeoutSeconds"] = 10800
+        for port in spec.get("ports") or []:
+            if not isinstance(port, dict):
+                continue
+            if not port.get("protocol"):
+                port["protocol"] = "TCP"
+            if port.get("targetPort") in (None, 0, ""):
+                port["targetPort"] = port.get("port")
+        kind = spec["type"]
+        if kind in ("NodePort", "LoadBalancer") and not spec.get("externalTrafficPolicy"):
+            spec["externalTrafficPolicy"] = "Cluster"
+        if kind == "LoadBalancer" and spec.get("allocateLoadBalancerNodePorts") is None:
+            spec["allocateLoadBalancerNodePorts"] = True
+        if kind != "ExternalName" and not spec.get("internalTrafficPolicy"):
+            spec["internalTrafficPolicy"] = "Cluster"
+
     def prepare_for_create(self, obj: Object) -> None:
         spec = obj.setdefault("spec", {})
         if not isinstance(spec, dict):
             return
-        spec.setdefault("type", "ClusterIP")
-        spec.setdefault("sessionAffinity", "None")
-        for port in spec.get("ports") or []:
-            port.setdefault("protocol", "TCP")
-            port.setdefault("targetPort", port.get("port"))
         if spec["type"] != "ExternalName":
             if not spec.get("clusterIP"):
                 spec["clusterIP"] = str(SERVICE_CIDR[random.randrange(10, SERVICE_CIDR.num_addresses - 1)])
             spec.setdefault("clusterIPs", [spec["clusterIP"]])
             spec.setdefault("ipFamilies", ["IPv4"])
             spec.setdefault("ipFamilyPolicy", "SingleStack")
-            spec.setdefault("internalTrafficPolicy", "Cluster")
         obj["status"] = {"loadBalancer": {}}
 
     def prepare_for_update(self, new: Object, old: Object) -> None:
@@ -236,9 +259,6 @@ class ServiceStrategy(base.Strategy):
             for key in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
                 if key not in spec and key in old_spec:
                     spec[key] = old_spec[key]
-            for port in spec.get("ports") or []:
-                port.setdefault("protocol", "TCP")
-                port.setdefault("targetPort", port.get("port"))
 
     def validate(self, obj: Object) -> list[Cause]:
         spec = obj.get("spec") or {}
@@ -257,7 +277,7 @@ class ServiceStrategy(base.Strategy):
         old_ip = (old.get("spec") or {}).get("clusterIP")
         new_ip = (new.get("spec") or {}).get("clusterIP")
         if old_ip and new_ip != old_ip:
-            causes.append(base.immutable("spec.clusterIPs[0]", new_ip))
+            causes.append(base.invalid("spec.clusterIPs[0]", new_ip, "may not change once set"))
         return causes
 
 

@@ -7,7 +7,7 @@ import copy
 import zoneinfo
 from typing import Any
 
-from socialweb_computer.api import objects
+from socialweb_computer.api import gofmt, objects
 from socialweb_computer.api.errors import Cause
 from socialweb_computer.apiserver.strategies import base, core, cron
 from socialweb_computer.apiserver.strategies.base import Object
@@ -38,37 +38,23 @@ class _PodTemplateOwner(base.Strategy):
 
     defaults: dict = {}
     # StatefulSets and DaemonSets: `spec.updateStrategy`, whose rollingUpdate is defaulted
-    # whenever the type is RollingUpdate (also when a client gave only the type).
+    # whenever the type is RollingUpdate (also when a client gave only the type, or `{}`).
     rolling_update_defaults: dict | None = None
 
-    def prepare_for_create(self, obj: Object) -> None:
+    def default(self, obj: Object) -> None:
         spec = obj.setdefault("spec", {})
-        if isinstance(spec, dict):
-            for key, value in self.defaults.items():
-                spec.setdefault(key, copy.deepcopy(value))
-        self._default_spec(spec)
-        obj.pop("status", None)
-
-    def prepare_for_update(self, new: Object, old: Object) -> None:
-        self._default_spec(new.get("spec"))
-
-    def _default_spec(self, spec: object) -> None:
         if not isinstance(spec, dict):
-            return
+            return  # validation reports it
+        for key, value in self.defaults.items():
+            spec.setdefault(key, copy.deepcopy(value))
         template_spec = (spec.get("template") or {}).get("spec")
         if isinstance(template_spec, dict):
             core.default_pod_spec(template_spec)
-        if self.rolling_update_defaults is None:
-            return
-        strategy = spec.setdefault("updateStrategy", {})
-        if not isinstance(strategy, dict):
-            return  # validation reports it
-        strategy.setdefault("type", "RollingUpdate")
-        if strategy["type"] == "RollingUpdate":
-            rolling = strategy.setdefault("rollingUpdate", {})
-            if isinstance(rolling, dict):
-                for key, value in self.rolling_update_defaults.items():
-                    rolling.setdefault(key, value)
+        if self.rolling_update_defaults is not None:
+            default_update_strategy(spec, "updateStrategy", self.rolling_update_defaults)
+
+    def prepare_for_create(self, obj: Object) -> None:
+        obj.pop("status", None)
 
     def validate(self, obj: Object) -> list[Cause]:
         spec = obj.get("spec")
@@ -84,17 +70,41 @@ class _PodTemplateOwner(base.Strategy):
     def validate_update(self, new: Object, old: Object) -> list[Cause]:
         causes = self.validate(new)
         if (new.get("spec") or {}).get("selector") != (old.get("spec") or {}).get("selector"):
-            causes.append(base.immutable("spec.selector", (new.get("spec") or {}).get("selector")))
+            causes.append(base.immutable("spec.selector",
+                                         gofmt.go_label_selector((new.get("spec") or {}).get("selector"))))
         return causes
 
 
+def default_update_strategy(spec: Object, field: str, rolling_defaults: dict) -> None:
+    """`type` defaults to RollingUpdate, and a RollingUpdate strategy gets its rollingUpdate
+    parameters, whether the client sent no strategy, `{}`, or only the type (as upstream's
+    defaulters, which see an empty struct the same as a missing one)."""
+    strategy = spec.get(field)
+    if strategy is None:
+        strategy = spec[field] = {}
+    if not isinstance(strategy, dict):
+        return  # validation reports it
+    if not strategy.get("type"):
+        strategy["type"] = "RollingUpdate"
+    if strategy["type"] == "RollingUpdate":
+        rolling = strategy.get("rollingUpdate")
+        if rolling is None:
+            rolling = strategy["rollingUpdate"] = {}
+        if isinstance(rolling, dict):
+            for key, value in rolling_defaults.items():
+                if rolling.get(key) is None:
+                    rolling[key] = value
+
+
 class DeploymentStrategy(_PodTemplateOwner):
-    defaults = {
-        "replicas": 1,
-        "revisionHistoryLimit": 10,
-        "progressDeadlineSeconds": 600,
-        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
-    }
+    defaults = {"replicas": 1, "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600}
+
+    def default(self, obj: Object) -> None:
+        super().default(obj)
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            # `kubectl create deployment` sends `strategy: {}`: it still gets RollingUpdate 25%/25%.
+            default_update_strategy(spec, "strategy", {"maxUnavailable": "25%", "maxSurge": "25%"})
 
 
 class ReplicaSetStrategy(_PodTemplateOwner):
@@ -123,7 +133,6 @@ class DaemonSetStrategy(_PodTemplateOwner):
     def prepare_for_update(self, new: Object, old: Object) -> None:
         """The template generation (the deprecated annotation DaemonSet pods are labelled from) is
         the server's: carried over, and bumped when the template changes."""
-        super().prepare_for_update(new, old)
         try:
             generation = int((old["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION, "1"))
         except ValueError:
@@ -200,7 +209,7 @@ class JobStrategy(base.Strategy):
         causes = self.validate(new)
         new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
         if new_spec.get("selector") != old_spec.get("selector"):
-            causes.append(base.immutable("spec.selector", new_spec.get("selector")))
+            causes.append(base.immutable("spec.selector", gofmt.go_label_selector(new_spec.get("selector"))))
         completions = new_spec.get("completions")
         if completions != old_spec.get("completions"):
             # Elastic Indexed Jobs: completions may change together with parallelism.
