@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import admission, crds, namespaces, registry, store
-from socialweb_computer.auth import policy, serviceaccounts, tokens, tokensecrets
+from socialweb_computer.apiserver import admission, crds, defaultclass, namespaces, registry, store
+from socialweb_computer.auth import certificates, pki, policy, serviceaccounts, tokens, tokensecrets
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -25,10 +25,12 @@ SubresourceHandler = Callable[..., Awaitable[Any]]
 
 class LogicalCluster:
     """`keys` sign its ServiceAccount tokens (in memory when None); `root_ca_pem` is the CA its
-    listener's certificate chains to, published to pods as `kube-root-ca.crt` (none: not published)."""
+    listener's certificate chains to, published to pods as `kube-root-ca.crt` (none: not published);
+    `client_ca` is the (certificate, key) file pair of the ClientCA its listener trusts: with it,
+    approved kubernetes.io/kube-apiserver-client CSRs are signed."""
 
     def __init__(self, name: str, backend: storage.Backend, *, keys: tokens.KeySet | None = None,
-                 root_ca_pem: bytes = b"") -> None:
+                 root_ca_pem: bytes = b"", client_ca: tuple[str, str] | None = None) -> None:
         from socialweb_computer.apiserver import subresources
 
         self.name = name
@@ -40,11 +42,14 @@ class LogicalCluster:
         self.token_secrets = tokensecrets.TokenSecrets(self.store, self.tokens, root_ca_pem)
         self.root_ca = tokensecrets.RootCAPublisher(self.store, root_ca_pem) if root_ca_pem else None
         self.store.after_write.append(self._identity_writes)
+        self.certificates = certificates.CsrAdmission(self.store, self.auth)
         self.priority = admission.PriorityAdmission(self.store)
+        self.default_classes = defaultclass.DefaultClassAdmission(self.store)
         self.namespaces = namespaces.NamespaceController(self.store)
         from socialweb_computer.controllers import manager as controllers
 
-        self.controllers = controllers.Manager(self.store)
+        signer = pki.FileSigner(*client_ca) if client_ca is not None else None
+        self.controllers = controllers.Manager(self.store, signer=signer)
         self.subresource_handlers: dict[str, SubresourceHandler] = dict(subresources.HANDLERS)
         self._openapi: dict[str, tuple[int, Any]] = {}
 
@@ -52,6 +57,7 @@ class LogicalCluster:
         await self.crds.start()
         await self.auth.start()
         await self.priority.start()
+        await self.default_classes.start()
         await self._ensure_namespaces()
         await self.namespaces.start()
         await self.token_secrets.start()

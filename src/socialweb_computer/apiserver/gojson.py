@@ -25,8 +25,25 @@ from socialweb_computer.apiserver.protobuf import table as fields_table
 log = logging.getLogger(__name__)
 
 Object = dict[str, Any]
-_SCALARS = frozenset(("string", "bool", "bytes", "int32", "int64", "uint32", "uint64", "sint32", "sint64",
-                      "fixed32", "fixed64", "sfixed32", "sfixed64", "double", "float"))
+_SCALARS = frozenset(
+    (
+        "string",
+        "bool",
+        "bytes",
+        "int32",
+        "int64",
+        "uint32",
+        "uint64",
+        "sint32",
+        "sint64",
+        "fixed32",
+        "fixed64",
+        "sfixed32",
+        "sfixed64",
+        "double",
+        "float",
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -58,11 +75,22 @@ def _fields(message: str) -> dict[str, _Field] | None:
         child = table.messages.get(nested) if table and nested not in _SCALARS else None
         walk = nested if child is not None and child.go_kind == "struct" and child.fields else ""
         wrapped = table.messages.get(field.type) if table else None
-        collection = (field.map or field.repeated or field.type == "bytes"
-                      or (wrapped is not None and wrapped.go_kind in ("slice", "map")))
+        collection = (
+            field.map
+            or field.repeated
+            or field.type == "bytes"
+            or (wrapped is not None and wrapped.go_kind in ("slice", "map"))
+        )
         struct = not collection and field.type not in _SCALARS
-        out[field.name] = _Field(field.omitempty or field.omitzero, collection, struct, field.pointer, walk,
-                                 field.repeated, field.map)
+        out[field.name] = _Field(
+            field.omitempty or field.omitzero,
+            collection,
+            struct,
+            field.pointer,
+            walk,
+            field.repeated,
+            field.map,
+        )
     return out
 
 

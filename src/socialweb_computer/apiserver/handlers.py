@@ -19,6 +19,7 @@ from aiohttp import web
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import cluster as cluster_mod
 from socialweb_computer.apiserver import (
+    componentstatus,
     discovery,
     health,
     kinds,
@@ -303,6 +304,8 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
         raise errors.resource_not_found_message()
     if kind.kind == "Binding" and kind.group == "":
         return await subresources.handle_binding_kind(request, cluster, rr)
+    if kind.kind == "ComponentStatus" and kind.group == "":
+        return await componentstatus.handle(request, cluster, kind, rr)
     if kind.verbs == ("create",):
         return await reviews.handle(request, cluster, kind, rr, decode_object)
     store = cluster.store
@@ -404,7 +407,7 @@ async def handle_subresource(
     handler = cluster.subresource_handlers.get(rr.subresource)
     if handler is not None:
         return await handler(request, cluster, kind, rr)
-    if rr.subresource in ("status", "finalize"):
+    if rr.subresource in ("status", "finalize", "approval"):
         store = cluster.store
         if request.method == "GET":
             return _render(request, kind, await store.get(kind, rr.namespace, rr.name))
@@ -413,8 +416,8 @@ async def handle_subresource(
             options = _default_manager(request, _write_options(request, rr.subresource))
             result = await store.update(kind, rr.namespace, rr.name, obj, options, raw_duplicates=duplicates)
             return json_response(result.object, warnings=result.warnings)
-        if request.method == "PATCH" and rr.subresource == "status":
-            return await _patch(request, kind, rr, "status")
+        if request.method == "PATCH" and rr.subresource in ("status", "approval"):
+            return await _patch(request, kind, rr, rr.subresource)
         raise errors.method_not_allowed()
     raise errors.StatusError(
         501,

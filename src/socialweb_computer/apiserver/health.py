@@ -39,12 +39,21 @@ _POST_START_HOOKS = (
     "poststarthook/scheduling/bootstrap-system-priority-classes",
 )
 _LIVE: tuple[tuple[str, Check], ...] = (
-    ("ping", _ok), ("log", _ok), ("etcd", _storage), *((name, _ok) for name in _POST_START_HOOKS))
+    ("ping", _ok),
+    ("log", _ok),
+    ("etcd", _storage),
+    *((name, _ok) for name in _POST_START_HOOKS),
+)
 CHECKS: dict[str, tuple[tuple[str, Check], ...]] = {
     "healthz": _LIVE,
     "livez": _LIVE,
-    "readyz": (*_LIVE[:3], ("etcd-readiness", _storage), ("informer-sync", _ok), *_LIVE[3:],
-               ("shutdown", _ok)),
+    "readyz": (
+        *_LIVE[:3],
+        ("etcd-readiness", _storage),
+        ("informer-sync", _ok),
+        *_LIVE[3:],
+        ("shutdown", _ok),
+    ),
 }
 
 
@@ -64,14 +73,17 @@ async def handle(request: web.Request, backend: storage.Backend, segments: list[
     if "verbose" not in request.query and not failures:
         return _text("ok")
     lines = [f"[-]{name} failed: reason withheld" if name in failures else f"[+]{name} ok" for name, _ in run]
-    lines.extend(f"warn: some health checks cannot be excluded: no matches for \"{name}\""
-                 for name in sorted(excluded - {c[0] for c in checks}))
+    lines.extend(
+        f'warn: some health checks cannot be excluded: no matches for "{name}"'
+        for name in sorted(excluded - {c[0] for c in checks})
+    )
     verdict = f"{endpoint} check failed" if failures else f"{endpoint} check passed"
     return _text("\n".join([*lines, verdict]) + "\n", 500 if failures else 200)
 
 
-async def _failures(checks: list[tuple[str, Check]] | tuple[tuple[str, Check], ...],
-                    backend: storage.Backend) -> list[str]:
+async def _failures(
+    checks: list[tuple[str, Check]] | tuple[tuple[str, Check], ...], backend: storage.Backend
+) -> list[str]:
     failed = []
     for name, check in checks:
         try:
@@ -82,5 +94,6 @@ async def _failures(checks: list[tuple[str, Check]] | tuple[tuple[str, Check], .
 
 
 def _text(body: str, status: int = 200) -> web.Response:
-    return web.Response(text=body, status=status, content_type="text/plain",
-                        headers={"X-Content-Type-Options": "nosniff"})
+    return web.Response(
+        text=body, status=status, content_type="text/plain", headers={"X-Content-Type-Options": "nosniff"}
+    )

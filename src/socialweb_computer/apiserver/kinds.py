@@ -97,19 +97,14 @@ def _builtin(
     subresources: tuple[str, ...] = (),
     definition: str = "",
     verbs: tuple[str, ...] = ALL_VERBS,
+    storage_version: str = "",
+    storage: bool = True,
 ) -> KindInfo:
-    package = {
-        "": "core",
-        "rbac.authorization.k8s.io": "rbac",
-        "scheduling.k8s.io": "scheduling",
-        "coordination.k8s.io": "coordination",
-        "events.k8s.io": "events",
-        "apiextensions.k8s.io": "apiextensions",
-        "authorization.k8s.io": "authorization",
-        "authentication.k8s.io": "authentication",
-    }.get(group, group)
+    # The OpenAPI definition's Go package: the group's first label (core for the legacy group).
+    package = {"": "core", "rbac.authorization.k8s.io": "rbac"}.get(group, group.split(".")[0])
     if not definition:
-        prefix = "io.k8s.apiextensions-apiserver.pkg.apis" if package == "apiextensions" else "io.k8s.api"
+        prefix = {"apiextensions": "io.k8s.apiextensions-apiserver.pkg.apis",
+                  "apiregistration": "io.k8s.kube-aggregator.pkg.apis"}.get(package, "io.k8s.api")
         definition = f"{prefix}.{package}.{version}.{kind}"
     return KindInfo(
         group=group,
@@ -123,11 +118,16 @@ def _builtin(
         verbs=verbs,
         subresources=subresources,
         definition=definition,
+        storage_version=storage_version,
+        storage=storage,
     )
 
 
 _ALL = ("all",)
 _CREATE_ONLY = ("create",)
+_READ_ONLY = ("get", "list")
+_EXTENSIONS = ("api-extensions",)
+_STATUS = ("status",)
 
 # The built-in kinds this server serves, as a real 1.37 cluster names them.
 BUILTIN_KINDS: tuple[KindInfo, ...] = (
@@ -158,6 +158,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
             "portforward",
             "ephemeralcontainers",
             "resize",
+            "proxy",
         ),
     ),
     _builtin("", "v1", "Binding", "bindings", verbs=_CREATE_ONLY),
@@ -179,6 +180,14 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
         "", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", short=("pvc",), subresources=("status",)
     ),
     _builtin("", "v1", "Node", "nodes", namespaced=False, short=("no",), subresources=("status", "proxy")),
+    _builtin("", "v1", "PersistentVolume", "persistentvolumes", namespaced=False, short=("pv",),
+             subresources=_STATUS),
+    _builtin("", "v1", "ReplicationController", "replicationcontrollers", short=("rc",), categories=_ALL,
+             subresources=("status", "scale")),
+    _builtin("", "v1", "PodTemplate", "podtemplates"),
+    # Answered from the cluster's own state, never stored (componentstatus.py).
+    _builtin("", "v1", "ComponentStatus", "componentstatuses", namespaced=False, short=("cs",),
+             verbs=_READ_ONLY, storage=False),
     _builtin("", "v1", "Endpoints", "endpoints", short=("ep",)),
     _builtin("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices",
              definition="io.k8s.api.discovery.v1.EndpointSlice"),
@@ -241,8 +250,60 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
         "customresourcedefinitions",
         namespaced=False,
         short=("crd", "crds"),
+        categories=_EXTENSIONS,
         subresources=("status",),
     ),
+    # autoscaling: v2 is the storage version; v1 is served by conversion (conversion.py).
+    _builtin("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", short=("hpa",),
+             categories=_ALL, subresources=_STATUS),
+    _builtin("autoscaling", "v1", "HorizontalPodAutoscaler", "horizontalpodautoscalers", short=("hpa",),
+             categories=_ALL, subresources=_STATUS, storage_version="v2"),
+    _builtin("networking.k8s.io", "v1", "Ingress", "ingresses", short=("ing",), subresources=_STATUS),
+    _builtin("networking.k8s.io", "v1", "IngressClass", "ingressclasses", namespaced=False),
+    _builtin("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", short=("netpol",)),
+    _builtin("networking.k8s.io", "v1", "IPAddress", "ipaddresses", namespaced=False, short=("ip",)),
+    _builtin("networking.k8s.io", "v1", "ServiceCIDR", "servicecidrs", namespaced=False,
+             subresources=_STATUS),
+    _builtin("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests",
+             namespaced=False, short=("csr",), subresources=("approval", "status")),
+    _builtin("certificates.k8s.io", "v1", "ClusterTrustBundle", "clustertrustbundles", namespaced=False),
+    _builtin("certificates.k8s.io", "v1", "PodCertificateRequest", "podcertificaterequests",
+             subresources=_STATUS),
+    _builtin("storage.k8s.io", "v1", "StorageClass", "storageclasses", namespaced=False, short=("sc",)),
+    _builtin("storage.k8s.io", "v1", "CSIDriver", "csidrivers", namespaced=False),
+    _builtin("storage.k8s.io", "v1", "CSINode", "csinodes", namespaced=False),
+    _builtin("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities"),
+    _builtin("storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments", namespaced=False,
+             subresources=_STATUS),
+    _builtin("storage.k8s.io", "v1", "VolumeAttributesClass", "volumeattributesclasses", namespaced=False,
+             short=("vac",)),
+    _builtin("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration",
+             "mutatingwebhookconfigurations", namespaced=False, categories=_EXTENSIONS),
+    _builtin("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration",
+             "validatingwebhookconfigurations", namespaced=False, categories=_EXTENSIONS),
+    _builtin("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies",
+             namespaced=False, categories=_EXTENSIONS, subresources=_STATUS),
+    _builtin("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding",
+             "validatingadmissionpolicybindings", namespaced=False, categories=_EXTENSIONS),
+    _builtin("admissionregistration.k8s.io", "v1", "MutatingAdmissionPolicy", "mutatingadmissionpolicies",
+             namespaced=False, categories=_EXTENSIONS),
+    _builtin("admissionregistration.k8s.io", "v1", "MutatingAdmissionPolicyBinding",
+             "mutatingadmissionpolicybindings", namespaced=False, categories=_EXTENSIONS),
+    _builtin("apiregistration.k8s.io", "v1", "APIService", "apiservices", namespaced=False,
+             categories=_EXTENSIONS, subresources=_STATUS),
+    _builtin("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas", namespaced=False,
+             subresources=_STATUS),
+    _builtin("flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration",
+             "prioritylevelconfigurations", namespaced=False, subresources=_STATUS),
+    _builtin("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", namespaced=False),
+    _builtin("resource.k8s.io", "v1", "DeviceClass", "deviceclasses", namespaced=False),
+    _builtin("resource.k8s.io", "v1", "DeviceTaintRule", "devicetaintrules", namespaced=False,
+             subresources=_STATUS),
+    _builtin("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", subresources=_STATUS),
+    _builtin("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates"),
+    _builtin("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", namespaced=False),
+    _builtin("storagemigration.k8s.io", "v1", "StorageVersionMigration", "storageversionmigrations",
+             namespaced=False, subresources=_STATUS),
     # Review kinds: POST-only, never stored.
     _builtin(
         "authorization.k8s.io",

@@ -29,7 +29,7 @@ import orjson
 
 from socialweb_computer.api import errors, gofmt
 from socialweb_computer.api.errors import StatusError
-from socialweb_computer.apiserver import keys, kinds, printers, stored, watching
+from socialweb_computer.apiserver import conversion, keys, kinds, printers, stored, watching
 from socialweb_computer.storage import base as storage
 
 if TYPE_CHECKING:
@@ -189,6 +189,8 @@ class ListWalk:
     def object(self, kv: storage.KeyValue) -> Object:
         """An item of the last step as an object of the listed kind and version."""
         obj = self._objects.pop(kv.key, None) or stored.decode(kv)
+        if conversion.needs_conversion(self.kind):  # autoscaling/v1 from the stored v2
+            obj = conversion.from_storage(self.kind, obj)
         obj["apiVersion"], obj["kind"] = self.kind.api_version, self.kind.kind
         return obj
 
@@ -285,8 +287,12 @@ class _Items:
 
     def items(self, kvs: list[storage.KeyValue]) -> list[bytes]:
         out = []
+        converting = conversion.needs_conversion(self._walk.kind)
         for kv in kvs:
-            body = stored.serve(kv.value, kv.mod_revision, self._header)
+            if converting:  # another version than the stored one: decoded and converted
+                body = orjson.dumps(self._walk.object(kv))
+            else:
+                body = stored.serve(kv.value, kv.mod_revision, self._header)
             out.append(body if self._first else b"," + body)
             self._first = False
         return out

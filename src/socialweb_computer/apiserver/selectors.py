@@ -721,6 +721,16 @@ FIELD_LABELS: dict[tuple[str, str], FieldLabels] = {
     ("certificates.k8s.io", "CertificateSigningRequest"): FieldLabels(
         {"metadata.name": _path("metadata", "name"), "spec.signerName": _path("spec", "signerName")},
         _not_supported),
+    ("certificates.k8s.io", "ClusterTrustBundle"): FieldLabels(
+        {"metadata.name": _path("metadata", "name"), "spec.signerName": _path("spec", "signerName")},
+        _not_supported),
+    ("certificates.k8s.io", "PodCertificateRequest"): FieldLabels(
+        {**_META, **{f"spec.{f}": _path("spec", f) for f in ("signerName", "podName", "nodeName")}},
+        _not_supported),
+    ("resource.k8s.io", "ResourceSlice"): FieldLabels(
+        {"metadata.name": _path("metadata", "name"), "spec.nodeName": _path("spec", "nodeName"),
+         "spec.driver": _path("spec", "driver"), "spec.pool.name": _path("spec", "pool", "name")},
+        _not_supported),
 }
 
 _DEFAULT_LABELS = FieldLabels(_META, _default_refusal)

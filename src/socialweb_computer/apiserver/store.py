@@ -30,6 +30,7 @@ import orjson
 from socialweb_computer.api import errors, objects
 from socialweb_computer.api.errors import Cause, StatusError
 from socialweb_computer.apiserver import (
+    conversion,
     gojson,
     keys,
     kinds,
@@ -61,6 +62,9 @@ _UNCONDITIONAL_CAS_RETRIES = 10
 # True while `before_write` hooks admit a dry-run write: they check, but must not hold anything
 # (an allocator's reservation) for a write that will never land.
 ADMITTING_DRY_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar("admitting_dry_run", default=False)
+# The subresource a write being admitted goes through ("" for the main resource, "status", "approval").
+ADMITTING_SUBRESOURCE: contextvars.ContextVar[str] = contextvars.ContextVar("admitting_subresource",
+                                                                           default="")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +189,23 @@ class Store:
         return keys.object_key(self.cluster, kind, namespace, name)
 
     def _finish(self, kind: kinds.KindInfo, obj: Object) -> Object:
+        """A stored object as the client asked for it: converted to the request's version (a new
+        object then; `obj` is left as it is) and typed."""
+        if conversion.needs_conversion(kind):
+            obj = conversion.from_storage(kind, obj)
         obj["apiVersion"] = kind.api_version
+        obj["kind"] = kind.kind
+        return obj
+
+    def storage_kind(self, kind: kinds.KindInfo) -> kinds.KindInfo:
+        """The row of the version `kind`'s objects are stored in (itself for most kinds)."""
+        if not conversion.needs_conversion(kind):
+            return kind
+        return self.registry.lookup(kind.group, kind.storage_version, kind.plural) or kind
+
+    def _typed(self, kind: kinds.KindInfo, obj: Object) -> Object:
+        """A stored-form object typed with its storage version (what write hooks receive)."""
+        obj["apiVersion"] = kind.storage_api_version
         obj["kind"] = kind.kind
         return obj
 
@@ -196,6 +216,8 @@ class Store:
         return schemas.definitions().get(kind.definition) if kind.definition else None
 
     def _notify(self, kind: kinds.KindInfo, event: str, new: Object | None, old: Object | None) -> None:
+        """Tell the write hooks, with the storage version's row and stored-form objects."""
+        kind = self.storage_kind(kind)
         for hook in self.after_write:
             try:
                 hook(kind, event, new, old)
@@ -204,10 +226,12 @@ class Store:
 
     def _admit(self, kind: kinds.KindInfo, new: Object, old: Object | None, options: WriteOptions) -> None:
         token = ADMITTING_DRY_RUN.set(options.dry_run)
+        sub_token = ADMITTING_SUBRESOURCE.set(options.subresource)
         try:
             for hook in self.before_write:
-                hook(kind, new, old)
+                hook(self.storage_kind(kind), new, old)
         finally:
+            ADMITTING_SUBRESOURCE.reset(sub_token)
             ADMITTING_DRY_RUN.reset(token)
 
     async def _get_kv(self, kind: kinds.KindInfo, namespace: str, name: str) -> storage.KeyValue:
@@ -283,6 +307,8 @@ class Store:
             kv = await self.backend.get(self.key(kind, namespace, name), revision=revision)
         if kv is None:
             raise errors.not_found(kind.plural, name, kind.group)
+        if conversion.needs_conversion(kind):
+            return orjson.dumps(self._finish(kind, decode(kv)))
         return stored.serve(kv.value, kv.mod_revision, stored.header_of(kind))
 
     # ---------------------------------------------------------------- create
@@ -298,6 +324,7 @@ class Store:
     ) -> WriteResult:
         warnings = self._check_fields(kind, obj, raw_duplicates, options)
         self._check_type_meta(kind, obj)
+        obj = conversion.to_storage(kind, obj)
         meta = objects.meta(obj)
         if kind.namespaced:
             if meta.get("namespace") and namespace and meta["namespace"] != namespace:
@@ -331,8 +358,8 @@ class Store:
         if kind.namespaced and namespace:
             await self._require_namespace(kind, namespace, meta["name"])
         if options.field_manager:
-            self._track(kind, None, obj, options)
-        value = encode_for_storage(kind, obj)
+            self._track(self.storage_kind(kind), None, obj, options)
+        value = encode_for_storage(self.storage_kind(kind), obj)
         if options.dry_run:
             if await self.backend.get(self.key(kind, namespace, meta["name"])) is not None:
                 raise errors.already_exists(kind.plural, meta["name"], kind.group)
@@ -342,9 +369,8 @@ class Store:
         except storage.KeyExistsError:
             raise errors.already_exists(kind.plural, meta["name"], kind.group) from None
         meta["resourceVersion"] = str(written.kv.mod_revision)
-        self._finish(kind, obj)
-        self._notify(kind, "ADDED", obj, None)
-        return WriteResult(obj, created=True, warnings=warnings)
+        self._notify(kind, "ADDED", self._typed(kind, obj), None)
+        return WriteResult(self._finish(kind, obj), created=True, warnings=warnings)
 
     @staticmethod
     def _tracks_generation(kind: kinds.KindInfo) -> bool:
@@ -405,7 +431,8 @@ class Store:
         return typecheck.first_error(obj, kind.definition)
 
     def _validate(
-        self, kind: kinds.KindInfo, strategy: strategy_base.Strategy, obj: Object, old: Object | None
+        self, kind: kinds.KindInfo, strategy: strategy_base.Strategy, obj: Object, old: Object | None,
+        *, subresource: str = "",
     ) -> None:
         causes = strategy_base.validate_metadata(
             obj, namespaced=kind.namespaced, name_format=strategy.name_format
@@ -414,6 +441,8 @@ class Store:
             causes += strategy.validate(obj)
         else:
             causes += strategy.validate_update(obj, old)
+            if subresource:
+                causes += strategy.validate_subresource_update(subresource, obj, old)
             old_meta, new_meta = old.get("metadata", {}), obj.get("metadata", {})
             if new_meta.get("name") != old_meta.get("name"):
                 causes.append(strategy_base.immutable("metadata.name", new_meta.get("name")))
@@ -430,9 +459,10 @@ class Store:
 
     @staticmethod
     def _go_round_trip(kind: kinds.KindInfo, obj: Object) -> None:
-        """What a Go server keeps of a built-in object: no empty omitempty fields (see gojson)."""
+        """What a Go server keeps of a built-in object (in its storage version): no empty
+        omitempty fields (see gojson)."""
         if not kind.custom:
-            gojson.normalize(kind.api_version, kind.kind, obj)
+            gojson.normalize(kind.storage_api_version, kind.kind, obj)
 
     def _track(self, kind: kinds.KindInfo, old: Object | None, new: Object, options: WriteOptions) -> None:
         manager = options.field_manager or "unknown"
@@ -480,7 +510,8 @@ class Store:
                 raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT)
             old = decode(kv)
             try:
-                result = await self._write_update(kind, namespace, old, copy.deepcopy(obj), kv, options)
+                new = conversion.to_storage(kind, copy.deepcopy(obj))
+                result = await self._write_update(kind, namespace, old, new, kv, options)
             except storage.RevisionMismatchError:
                 if expected or attempt == _UNCONDITIONAL_CAS_RETRIES - 1:
                     raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT) from None
@@ -497,6 +528,15 @@ class Store:
             # namespaces/finalize changes spec.finalizers and nothing else.
             merged = copy.deepcopy(old)
             merged.setdefault("spec", {})["finalizers"] = (new.get("spec") or {}).get("finalizers") or []
+            return merged
+        if subresource == "approval":
+            # certificatesigningrequests/approval changes the conditions and nothing else.
+            merged = copy.deepcopy(old)
+            conditions = (new.get("status") or {}).get("conditions")
+            if conditions:
+                merged.setdefault("status", {})["conditions"] = conditions
+            else:
+                merged.get("status", {}).pop("conditions", None)
             return merged
         if subresource == "status":
             merged = copy.deepcopy(old)
@@ -554,7 +594,9 @@ class Store:
             strategy.prepare_for_update(new, old)
         elif options.subresource == "status":
             strategy.prepare_for_status_update(new, old)
-        self._validate(kind, strategy, new, old)
+        else:
+            strategy.prepare_for_subresource_update(options.subresource, new, old)
+        self._validate(kind, strategy, new, old, subresource=options.subresource)
         self._go_round_trip(kind, new)
         if self._tracks_generation(kind):
             generation = old_meta.get("generation", 1)
@@ -562,10 +604,10 @@ class Store:
                 generation += 1
             meta["generation"] = generation
         if options.field_manager:
-            self._track(kind, old, new, options)
+            self._track(self.storage_kind(kind), old, new, options)
         if self._same(new, old):
             return WriteResult(self._finish(kind, old))
-        value = encode_for_storage(kind, new)
+        value = encode_for_storage(self.storage_kind(kind), new)
         if options.dry_run:
             return WriteResult(self._finish(kind, new))
         if (old_meta.get("deletionTimestamp") and not meta.get("finalizers") and not
@@ -574,14 +616,12 @@ class Store:
             # The last finalizer is gone (and no graceful deletion is pending): the object goes now.
             deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
             meta["resourceVersion"] = str(deleted.revision)
-            self._finish(kind, new)
-            self._notify(kind, "DELETED", None, new)
-            return WriteResult(new)
+            self._notify(kind, "DELETED", None, self._typed(kind, new))
+            return WriteResult(self._finish(kind, new))
         written = await self.backend.update(kv.key, value, expected_revision=kv.mod_revision)
         meta["resourceVersion"] = str(written.kv.mod_revision)
-        self._finish(kind, new)
-        self._notify(kind, "MODIFIED", new, old)
-        return WriteResult(new)
+        self._notify(kind, "MODIFIED", self._typed(kind, new), self._typed(kind, old))
+        return WriteResult(self._finish(kind, new))
 
     @staticmethod
     def _spec_changed(kind: kinds.KindInfo, new: Object, old: Object) -> bool:
@@ -623,7 +663,8 @@ class Store:
             _, patch_duplicates = validation.decode_body(body, "application/merge-patch+json")
         for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self._get_kv(kind, namespace, name)
-            old = self._finish(kind, decode(kv))
+            stored = decode(kv)
+            old = self._finish(kind, stored)
             patched = patching.patch_object(
                 patch_type,
                 copy.deepcopy(old),
@@ -666,7 +707,8 @@ class Store:
             if precondition and precondition != old["metadata"]["resourceVersion"]:
                 raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT)
             try:
-                result = await self._write_update(kind, namespace, old, patched, kv, options)
+                new = conversion.to_storage(kind, patched)
+                result = await self._write_update(kind, namespace, stored, new, kv, options)
             except storage.RevisionMismatchError:
                 if attempt == _UNCONDITIONAL_CAS_RETRIES - 1:
                     raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT) from None
@@ -698,7 +740,8 @@ class Store:
         reset = managedfields.reset_fields_for(options.subresource, kind.has_subresource("status"))
         for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self.backend.get(self.key(kind, namespace, name))
-            old = self._finish(kind, decode(kv)) if kv is not None else None
+            stored = decode(kv) if kv is not None else None
+            old = self._finish(kind, stored) if stored is not None else None
             new = ssa.apply(
                 copy.deepcopy(old),
                 applied,
@@ -711,7 +754,7 @@ class Store:
                 name=name,
                 reset_fields=reset,
             )
-            if kv is None or old is None:
+            if kv is None or old is None or stored is None:
                 objects.meta(new)["name"] = name
                 try:
                     result = await self.create(
@@ -733,7 +776,8 @@ class Store:
                 )
             try:
                 result = await self._write_update(
-                    kind, namespace, old, new, kv, dataclasses.replace(options, field_manager="")
+                    kind, namespace, stored, conversion.to_storage(kind, new), kv,
+                    dataclasses.replace(options, field_manager=""),
                 )
             except storage.RevisionMismatchError:
                 continue
@@ -785,10 +829,10 @@ class Store:
         """Delete or start deleting. Returns the object (or a Status) and the HTTP code."""
         for _attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self._get_kv(kind, namespace, name)
-            obj = self._finish(kind, decode(kv))
+            obj = self._typed(kind, decode(kv))  # stored form; the reply is `_finish`ed
             meta = obj["metadata"]
             for hook in self.before_delete:
-                hook(kind, obj)
+                hook(self.storage_kind(kind), obj)
             if options.precondition_uid and options.precondition_uid != meta.get("uid"):
                 raise errors.conflict(
                     kind.plural,
@@ -819,20 +863,20 @@ class Store:
             held = strategies.for_kind(kind.group, kind.kind).holds_deletion(obj)
             if not finalizers and not graceful and not held:
                 if options.dry_run:
-                    return obj, 200
+                    return self._finish(kind, obj), 200
                 try:
                     deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
                 except (storage.RevisionMismatchError, storage.KeyNotFoundError):
                     continue
                 meta["resourceVersion"] = str(deleted.revision)
                 self._notify(kind, "DELETED", None, obj)
-                return obj, 200
+                return self._finish(kind, obj), 200
             # A second delete may shorten a pending graceful deletion (a kubelet's grace-0 delete).
             shortened = bool(meta.get("deletionTimestamp")) and graceful < int(
                 meta.get("deletionGracePeriodSeconds") or 0)
             if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []) and \
                     not shortened:
-                return obj, 202 if graceful else 200
+                return self._finish(kind, obj), 202 if graceful else 200
             old = copy.deepcopy(obj)
             meta["finalizers"] = finalizers
             if not meta.get("deletionTimestamp") or shortened:
@@ -841,16 +885,16 @@ class Store:
             strategies.for_kind(kind.group, kind.kind).prepare_for_delete(obj)
             self._go_round_trip(kind, obj)
             if options.dry_run:
-                return obj, 202 if graceful else 200
+                return self._finish(kind, obj), 202 if graceful else 200
             try:
                 written = await self.backend.update(
-                    kv.key, stored.encode(obj, kind), expected_revision=kv.mod_revision
+                    kv.key, stored.encode(obj, self.storage_kind(kind)), expected_revision=kv.mod_revision
                 )
             except (storage.RevisionMismatchError, storage.KeyNotFoundError):
                 continue
             meta["resourceVersion"] = str(written.kv.mod_revision)
             self._notify(kind, "MODIFIED", obj, old)
-            return obj, 202 if graceful else 200
+            return self._finish(kind, obj), 202 if graceful else 200
         raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT)
 
     @staticmethod
@@ -881,7 +925,7 @@ class Store:
                 if e.code == 404:
                     continue
                 raise
-            deleted.append(self._finish(kind, obj))
+            deleted.append(obj)
             if index % listing.LIST_STEP == 0:
                 await asyncio.sleep(0)  # deleting 10,000 objects must not hold every other request
         return {

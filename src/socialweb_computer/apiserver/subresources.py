@@ -41,6 +41,8 @@ def _selector_string(obj: Object, kind: kinds.KindInfo) -> str:
         value = _get_path(obj, kind.scale_selector_path) if kind.scale_selector_path else None
         return value if isinstance(value, str) else ""
     selector = (obj.get("spec") or {}).get("selector") or {}
+    if kind.group == "" and kind.kind == "ReplicationController":
+        selector = {"matchLabels": selector}  # a plain label map
     parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
     for expr in selector.get("matchExpressions") or []:
         op, key, values = expr.get("operator"), expr.get("key"), expr.get("values") or []

@@ -5,7 +5,9 @@ for an event (the whole `{"type":...,"object":...}` line, in JSON or as a Table 
 cached in its store, keyed by the event and the format, and shared by every other
 watcher that renders the same event: a hundred watchers cost one encode, not a hundred.
 The JSON object is the stored bytes spliced (`stored.serve`), never decoded; only a
-selector or a Table needs the decoded object, which is cached the same way.
+selector, a Table or a version other than the storage version (autoscaling/v1
+HorizontalPodAutoscalers, see `conversion`) needs the decoded object, which is cached the
+same way.
 
 A stream hands over everything that is ready as one chunk (`next_chunk`), so the
 handler writes one TLS record for many events, and it waits with no task of its own:
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import kinds, printers, stored
+from socialweb_computer.apiserver import conversion, kinds, printers, stored
 from socialweb_computer.storage import base as storage
 
 if TYPE_CHECKING:
@@ -198,6 +200,8 @@ class WatchStream:
         obj = self._cache.get(key) if cache else None
         if obj is None:
             obj = stored.decode(kv)
+            if conversion.needs_conversion(self.kind):
+                obj = conversion.from_storage(self.kind, obj)
             obj["apiVersion"], obj["kind"] = self.kind.api_version, self.kind.kind
             if cache:
                 self._cache.put(key, obj)
@@ -209,7 +213,9 @@ class WatchStream:
         key = (kv.key, kv.mod_revision, event_type, self._header, table, headers)
         line = self._cache.get(key) if cache else None
         if line is None:
-            if table is None:
+            if table is None and conversion.needs_conversion(self.kind):
+                body = orjson.dumps(self._decoded(kv, cache=cache))
+            elif table is None:
                 body = stored.serve(kv.value, kv.mod_revision, self._header)
             else:
                 # Like a real server: column definitions go with the first event only.

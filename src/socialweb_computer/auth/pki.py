@@ -194,3 +194,66 @@ def write_public(path: str, data: bytes, *, sync: bool = True) -> None:
         if sync:
             os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+# certificates.k8s.io usages → the X.509 extensions a signed certificate carries.
+_KEY_USAGES = {"digital signature": "digital_signature", "key encipherment": "key_encipherment",
+               "content commitment": "content_commitment", "data encipherment": "data_encipherment",
+               "key agreement": "key_agreement", "cert sign": "key_cert_sign", "crl sign": "crl_sign"}
+_EXT_USAGES = {"client auth": ExtendedKeyUsageOID.CLIENT_AUTH, "server auth": ExtendedKeyUsageOID.SERVER_AUTH,
+               "code signing": ExtendedKeyUsageOID.CODE_SIGNING,
+               "email protection": ExtendedKeyUsageOID.EMAIL_PROTECTION,
+               "timestamping": ExtendedKeyUsageOID.TIME_STAMPING,
+               "ocsp signing": ExtendedKeyUsageOID.OCSP_SIGNING}
+# kube-controller-manager's --cluster-signing-duration default.
+SIGNING_DURATION = datetime.timedelta(hours=8760)
+
+
+def sign_request(ca: KeyPair, request: x509.CertificateSigningRequest, usages: list[str], *,
+                 duration: datetime.timedelta = SIGNING_DURATION) -> bytes:
+    """Sign a CSR as kube-controller-manager's local signer does: the request's subject and SANs,
+    the usages asked for, backdated 5 minutes, never past the CA's own expiry. Returns PEM."""
+    now = _now()
+    flags = {name: False for name in (*_KEY_USAGES.values(), "encipher_only", "decipher_only")}
+    for usage in usages:
+        if usage in _KEY_USAGES:
+            flags[_KEY_USAGES[usage]] = True
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(request.subject)
+        .issuer_name(ca.cert.subject)
+        .public_key(request.public_key())  # type: ignore[arg-type]
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(min(now + duration, ca.cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
+                       critical=False)
+    )
+    if any(flags.values()):  # Go's x509 writes no KeyUsage extension when no bit is set
+        builder = builder.add_extension(x509.KeyUsage(**flags), critical=True)
+    extended = [_EXT_USAGES[u] for u in usages if u in _EXT_USAGES]
+    if extended:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(extended), critical=False)
+    try:
+        sans = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        builder = builder.add_extension(sans, critical=False)
+    except x509.ExtensionNotFound:
+        pass
+    return builder.sign(ca.key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+class FileSigner:
+    """Signs with a CA kept on disk (a cluster's ClientCA), read at each signature so a rotated CA
+    is used at once. What `controllers.certificates` calls."""
+
+    def __init__(self, cert_path: str, key_path: str) -> None:
+        self.cert_path, self.key_path = cert_path, key_path
+
+    def sign(self, request: x509.CertificateSigningRequest, usages: list[str], *,
+             duration: datetime.timedelta = SIGNING_DURATION) -> bytes:
+        return sign_request(KeyPair.load(self.cert_path, self.key_path), request, usages, duration=duration)
+
+    def ca_pem(self) -> bytes:
+        with open(self.cert_path, "rb") as f:
+            return f.read()

@@ -54,7 +54,8 @@ async def serve(args: argparse.Namespace) -> None:
                                               history_limit=args.history_limit,
                                               compact_interval=args.compact_interval)
     cluster = LogicalCluster(CLUSTER_NAME, backend, keys=plane.token_keys(),
-                             root_ca_pem=plane.serving_ca_pem())
+                             root_ca_pem=plane.serving_ca_pem(),
+                             client_ca=(plane.client_ca, plane.client_ca_key))
     await cluster.start()
     # Everything loaded so far (schemas, tables, bootstrap objects) lives as long as the process:
     # keeping it out of the cyclic collector's full passes removed 15-40 ms pauses from list and watch tails.

@@ -15,6 +15,8 @@ from typing import Any
 from socialweb_computer.apiserver import serviceips
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.controllers import (
+    certificates,
+    cronjob,
     daemonset,
     deployment,
     disruption,
@@ -22,24 +24,35 @@ from socialweb_computer.controllers import (
     events,
     framework,
     gc,
+    hpa,
     job,
     nodelifecycle,
     replicaset,
     scheduler,
     statefulset,
+    volumes,
 )
 
 log = logging.getLogger(__name__)
 
 
 class Manager:
-    def __init__(self, store: store_mod.Store, clock: framework.Clock | None = None) -> None:
+    def __init__(self, store: store_mod.Store, clock: framework.Clock | None = None, *,
+                 signer: certificates.Signer | None = None) -> None:
         self.store = store
         self.clock = clock or framework.Clock()
         self.informers = framework.Informers(store)
         self.recorder = events.Recorder(store, self.clock)
         self.gc = gc.GarbageCollector(store, self.clock)
         self.replicasets = replicaset.ReplicaSetController(store, self.informers, self.clock, self.recorder)
+        self.replicationcontrollers = replicaset.ReplicaSetController(
+            store, self.informers, self.clock, self.recorder, replicaset.REPLICATION_CONTROLLER)
+        self.cronjobs = cronjob.CronJobController(store, self.informers, self.clock, self.recorder)
+        self.autoscalers = hpa.HorizontalPodAutoscalerController(store, self.informers, self.clock,
+                                                                 self.recorder)
+        # Signs kubernetes.io/kube-apiserver-client CSRs with the cluster's ClientCA (None: no signer).
+        self.certificates = certificates.CertificateController(store, self.informers, self.clock, signer)
+        self.volumes = volumes.VolumeController(store, self.informers, self.clock, self.recorder)
         self.deployments = deployment.DeploymentController(store, self.informers, self.clock, self.recorder)
         self.jobs = job.JobController(store, self.informers, self.clock, self.recorder)
         self.statefulsets = statefulset.StatefulSetController(store, self.informers, self.clock,
@@ -59,6 +72,11 @@ class Manager:
         return [
             ("garbage-collector", self.gc.queue, self.gc.sync),
             ("replicaset-controller", self.replicasets.queue, self.replicasets.sync),
+            ("replication-controller", self.replicationcontrollers.queue, self.replicationcontrollers.sync),
+            ("cronjob-controller", self.cronjobs.queue, self.cronjobs.sync),
+            ("horizontal-pod-autoscaler", self.autoscalers.queue, self.autoscalers.sync),
+            ("certificatesigningrequest-controller", self.certificates.queue, self.certificates.sync),
+            ("persistentvolume-controller", self.volumes.queue, self.volumes.sync),
             ("deployment-controller", self.deployments.queue, self.deployments.sync),
             ("job-controller", self.jobs.queue, self.jobs.sync),
             ("disruption-controller", self.disruption.queue, self.disruption.sync),
@@ -69,6 +87,10 @@ class Manager:
             ("node-lifecycle-controller", self.nodelifecycle.queue, self.nodelifecycle.sync),
             ("default-scheduler", self.scheduler.queue, self.scheduler.sync),
         ]
+
+    @property
+    def running(self) -> bool:
+        return bool(self._tasks) and not any(task.done() for task in self._tasks)
 
     async def start(self) -> None:
         await self.service_ips.start()

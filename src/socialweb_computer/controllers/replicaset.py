@@ -1,5 +1,7 @@
 """The ReplicaSet controller: keep `spec.replicas` Pods matching the template alive, and
-report how many exist, are fully labelled, ready and available.
+report how many exist, are fully labelled, ready and available. The same controller, with
+another `Owner`, is the ReplicationController's (core/v1, whose selector is a label map):
+upstream runs the ReplicaSet code for both too.
 
 Pods are created from the template with `generateName: <rs>-` and a controller
 ownerReference (blockOwnerDeletion), so the garbage collector removes them with the
@@ -11,6 +13,7 @@ Started by `controllers.manager.Manager`; the Deployment controller builds on it
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 from typing import Any
 
@@ -39,38 +42,65 @@ def _delete_rank(pod: Object) -> tuple[int, int, int, str]:
             1 if framework.is_ready(pod) else 0, "".join(chr(0x10FFFF - ord(c)) for c in created))
 
 
-def _selects(rs: Object, labels: dict[str, str]) -> bool:
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """The kind a controller of this module keeps pods for."""
+
+    group: str
+    plural: str
+    kind: str
+    api_version: str
+    component: str  # the event source
+    map_selector: bool = False  # a plain label map (ReplicationController) rather than a LabelSelector
+
+
+REPLICA_SET = Owner("apps", "replicasets", "ReplicaSet", "apps/v1", COMPONENT)
+REPLICATION_CONTROLLER = Owner("", "replicationcontrollers", "ReplicationController", "v1",
+                               "replication-controller", map_selector=True)
+
+
+def selects(owner: Owner, rs: Object, labels: dict[str, str]) -> bool:
     selector = (rs.get("spec") or {}).get("selector")
     if not selector or rs["metadata"].get("deletionTimestamp"):
         return False
+    if owner.map_selector:
+        return isinstance(selector, dict) and all(labels.get(k) == v for k, v in selector.items())
     try:
         return selectors.from_label_selector_object(selector).matches(labels)
     except selectors.SelectorError:
         return False
 
 
-def owner_ref(rs: Object) -> Object:
-    return podcontrol.controller_ref(rs, api_version="apps/v1", kind="ReplicaSet")
+def _selects(rs: Object, labels: dict[str, str]) -> bool:
+    return selects(REPLICA_SET, rs, labels)
+
+
+def owner_ref(rs: Object, owner: Owner = REPLICA_SET) -> Object:
+    return podcontrol.controller_ref(rs, api_version=owner.api_version, kind=owner.kind)
 
 
 class ReplicaSetController:
     def __init__(self, store: store_mod.Store, informers: framework.Informers, clock: framework.Clock,
-                 recorder: events.Recorder) -> None:
+                 recorder: events.Recorder, owner: Owner = REPLICA_SET) -> None:
         self.store = store
         self.clock = clock
         self.recorder = recorder
+        self.owner = owner
         self.queue = framework.WorkQueue(clock)
-        self.replicasets = informers.get("apps", "replicasets")
+        self.replicasets = informers.get(owner.group, owner.plural)
         self.pods = informers.get("", "pods")
         self.replicasets.handlers.append(self._on_rs)
         self.pods.handlers.append(self._on_pod)
+
+    def _selects(self, rs: Object, labels: dict[str, str]) -> bool:
+        return selects(self.owner, rs, labels)
 
     def _on_rs(self, event: str, new: Object | None, old: Object | None) -> None:
         self.queue.add(framework.key_of(new or old))  # type: ignore[arg-type]
 
     def _on_pod(self, event: str, new: Object | None, old: Object | None) -> None:
-        framework.enqueue_controller(self.queue, "ReplicaSet", new, old)
-        ownership.enqueue_adopters(self.queue, self.replicasets, new, _selects)
+        framework.enqueue_controller(self.queue, self.owner.kind, new, old)
+        ownership.enqueue_adopters(self.queue, self.replicasets, new, self._selects)
 
     def owned_pods(self, rs: Object) -> list[Object]:
         return framework.controlled_by(self.pods, rs)
@@ -93,8 +123,8 @@ class ReplicaSetController:
         pods are left as they are)."""
         live = [p for p in self.pods.list(rs["metadata"].get("namespace", ""))
                 if not p["metadata"].get("deletionTimestamp")]
-        await ownership.claim(self.store, self.pods.kind, live, rs, owner_ref(rs),
-                              lambda pod: _selects(rs, ownership.labels_of(pod)))
+        await ownership.claim(self.store, self.pods.kind, live, rs, owner_ref(rs, self.owner),
+                              lambda pod: self._selects(rs, ownership.labels_of(pod)))
 
     async def _manage(self, rs: Object, pods: list[Object]) -> None:
         want = int((rs.get("spec") or {}).get("replicas", 1))
@@ -107,11 +137,11 @@ class ReplicaSetController:
                 await self._delete_pod(rs, pod)
 
     async def _create_pod(self, rs: Object) -> None:
-        await podcontrol.create(self.store, self.pods.kind, self.recorder, COMPONENT, rs, owner_ref(rs),
-                          manager="kube-controller-manager")
+        await podcontrol.create(self.store, self.pods.kind, self.recorder, self.owner.component, rs,
+                                owner_ref(rs, self.owner), manager="kube-controller-manager")
 
     async def _delete_pod(self, rs: Object, pod: Object) -> None:
-        await podcontrol.delete(self.store, self.pods.kind, self.recorder, COMPONENT, rs, pod)
+        await podcontrol.delete(self.store, self.pods.kind, self.recorder, self.owner.component, rs, pod)
 
     async def _update_status(self, rs: Object, pods: list[Object]) -> None:
         spec = rs.get("spec") or {}

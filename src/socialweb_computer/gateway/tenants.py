@@ -41,7 +41,8 @@ class TenantPlane:
     ) -> None:
         self.record = record
         self.cluster = LogicalCluster(record.name, backend, keys=plane.token_keys(),
-                                      root_ca_pem=plane.serving_ca_pem())
+                                      root_ca_pem=plane.serving_ca_pem(),
+                                      client_ca=(plane.client_ca, plane.client_ca_key))
         self.cluster.tokens.issuer = record.url
         self._plane = plane
         self._address = address

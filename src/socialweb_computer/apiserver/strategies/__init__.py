@@ -7,7 +7,19 @@ without a module here gets `Strategy()`. Modules register by adding a row to `ST
 
 from __future__ import annotations
 
-from socialweb_computer.apiserver.strategies import apiextensions, base, core, rbac, workloads
+from socialweb_computer.apiserver.strategies import (
+    apiextensions,
+    autoscaling,
+    base,
+    batch,
+    certificates,
+    control,
+    core,
+    networking,
+    rbac,
+    storage,
+    workloads,
+)
 
 Strategy = base.Strategy
 
@@ -16,6 +28,12 @@ STRATEGIES: dict[tuple[str, str], base.Strategy] = {
     **workloads.STRATEGIES,
     **apiextensions.STRATEGIES,
     **rbac.STRATEGIES,
+    **autoscaling.STRATEGIES,
+    **batch.STRATEGIES,
+    **certificates.STRATEGIES,
+    **control.STRATEGIES,
+    **networking.STRATEGIES,
+    **storage.STRATEGIES,
 }
 
 _DEFAULT = base.Strategy()

@@ -56,6 +56,13 @@ class Strategy:
     def prepare_for_status_update(self, new: Object, old: Object) -> None:
         """Default fields of a status written through the status subresource."""
 
+    def prepare_for_subresource_update(self, subresource: str, new: Object, old: Object) -> None:
+        """Like prepare_for_status_update, for other subresources that write the object (approval)."""
+
+    def validate_subresource_update(self, subresource: str, new: Object, old: Object) -> list[Cause]:
+        """Rules of a write through a subresource ("status", "approval"), on top of validate_update."""
+        return []
+
     def validate(self, obj: Object) -> list[Cause]:
         return []
 

@@ -376,13 +376,7 @@ class NodeStrategy(base.Strategy):
             spec["taints"] = [*taints, {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
 
 
-class PersistentVolumeClaimStrategy(base.Strategy):
-    def prepare_for_create(self, obj: Object) -> None:
-        obj["status"] = {"phase": "Pending"}  # until a binder binds it to a volume
-
-
 STRATEGIES: dict[tuple[str, str], base.Strategy] = {
-    ("", "PersistentVolumeClaim"): PersistentVolumeClaimStrategy(),
     ("", "Namespace"): NamespaceStrategy(),
     ("", "Pod"): PodStrategy(),
     ("", "Service"): ServiceStrategy(),

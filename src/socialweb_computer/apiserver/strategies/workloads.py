@@ -582,9 +582,77 @@ class PriorityClassStrategy(base.Strategy):
         return causes
 
 
+class ReplicationControllerStrategy(base.Strategy):
+    """The v1 predecessor of ReplicaSets: a plain label map as selector, which (unlike a
+    ReplicaSet's) may change."""
+
+    def default(self, obj: Object) -> None:
+        """SetDefaults_ReplicationController: selector and labels from the template's labels."""
+        spec = obj.setdefault("spec", {})
+        if not isinstance(spec, dict):
+            return
+        template = spec.get("template")
+        labels = ((template.get("metadata") or {}).get("labels") if isinstance(template, dict) else None)
+        if isinstance(labels, dict) and labels:
+            if not spec.get("selector"):
+                spec["selector"] = dict(labels)
+            if not objects.meta(obj).get("labels"):
+                obj["metadata"]["labels"] = dict(labels)
+        if spec.get("replicas") is None:
+            spec["replicas"] = 1
+        template_spec = template.get("spec") if isinstance(template, dict) else None
+        if isinstance(template_spec, dict):
+            core.default_pod_spec(template_spec)
+
+    def prepare_for_create(self, obj: Object) -> None:
+        obj["status"] = {"replicas": 0}
+
+    def validate(self, obj: Object) -> list[Cause]:
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return [base.required("spec")]
+        causes: list[Cause] = []
+        selector = spec.get("selector")
+        template = spec.get("template")
+        if not selector:
+            causes.append(base.required("spec.selector"))
+        if not isinstance(template, dict):
+            causes.append(base.required("spec.template"))
+        else:
+            labels = (template.get("metadata") or {}).get("labels") or {}
+            if isinstance(selector, dict) and any(labels.get(k) != v for k, v in selector.items()):
+                causes.append(base.invalid("spec.template.metadata.labels", labels,
+                                           "`selector` does not match template `labels`"))
+            causes += core.validate_pod_spec(template.get("spec"), "spec.template.spec")
+            policy = (template.get("spec") or {}).get("restartPolicy") if isinstance(template.get("spec"),
+                                                                                     dict) else None
+            if policy not in (None, "Always"):
+                causes.append(base.not_supported("spec.template.spec.restartPolicy", policy, ["Always"]))
+        for field in ("replicas", "minReadySeconds"):
+            value = spec.get(field)
+            if isinstance(value, int) and value < 0:
+                causes.append(base.invalid(f"spec.{field}", value, "must be greater than or equal to 0"))
+        return causes
+
+
+class PodTemplateStrategy(base.Strategy):
+    def default(self, obj: Object) -> None:
+        template = obj.get("template")
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+            core.default_pod_spec(template["spec"])
+
+    def validate(self, obj: Object) -> list[Cause]:
+        template = obj.get("template")
+        if not isinstance(template, dict):
+            return [base.required("template")]
+        return core.validate_pod_spec(template.get("spec"), "template.spec")
+
+
 STRATEGIES: dict[tuple[str, str], base.Strategy] = {
     ("apps", "Deployment"): DeploymentStrategy(),
     ("apps", "ReplicaSet"): ReplicaSetStrategy(),
+    ("", "ReplicationController"): ReplicationControllerStrategy(),
+    ("", "PodTemplate"): PodTemplateStrategy(),
     ("apps", "StatefulSet"): StatefulSetStrategy(),
     ("apps", "DaemonSet"): DaemonSetStrategy(),
     ("batch", "Job"): JobStrategy(),
