@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from socialweb_computer import testing
 from socialweb_computer.apiserver import app as app_mod
@@ -38,8 +38,16 @@ HOUR = datetime.timedelta(hours=1)
 
 def test_refused_certificates_get_401_with_a_status(auth_server: testing.ApiServerProcess, kit: Any) -> None:
     foreign_ca = pki.new_ca("someone else's client CA")
+    # A CA with the very name of the cluster's ClientCA: OpenSSL finds "it" and checks the
+    # signature, which fails; that left errors behind that once dropped the connection silently.
+    real = pki.KeyPair.load(str(auth_server.state_dir / "pki" / "client-ca.crt"),
+                            str(auth_server.state_dir / "pki" / "client-ca.key"))
+    look_alike = pki.new_ca(real.cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+    assert look_alike.cert.subject == real.cert.subject
     refused = {
         "another CA": kit.mint(auth_server, "foreign", "system:admin", ("system:masters",), ca=foreign_ca),
+        "a look-alike CA": kit.mint(auth_server, "look-alike", "system:admin", ("system:masters",),
+                                    ca=look_alike),
         "expired": kit.mint(auth_server, "expired", "bob", not_before=-2 * HOUR, not_after=-HOUR),
         "not yet valid": kit.mint(auth_server, "future", "bob", not_before=HOUR, not_after=2 * HOUR),
         "serverAuth only": kit.mint(

@@ -42,7 +42,12 @@ _VERIFY_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
 
 @_VERIFY_CALLBACK
 def _finish_handshake(preverify_ok: int, store_ctx: int) -> int:
-    # Verification happens in ClientCertAuthenticator, where a failure can become a 401.
+    # Verification happens in ClientCertAuthenticator, where a failure can become a 401. A
+    # failed check leaves OpenSSL's reasons (a signature that does not verify: "[ASN1] EVP
+    # lib") on the thread's error queue, where the connection's next read finds them and
+    # fails: the look-alike-CA certificate was dropped without its 401. Clear them.
+    if not preverify_ok:
+        _LibSsl.get().ERR_clear_error()
     return 1
 
 
@@ -61,6 +66,8 @@ class _LibSsl:
                 lib.SSL_CTX_set_verify.restype = None
                 lib.SSL_CTX_get_verify_mode.argtypes = [ctypes.c_void_p]
                 lib.SSL_CTX_get_verify_mode.restype = ctypes.c_int
+                lib.ERR_clear_error.argtypes = []
+                lib.ERR_clear_error.restype = None
                 cls._lib = lib
             return cls._lib
 

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import logging
+from collections.abc import Callable
 from typing import Any
 
+from socialweb_computer.api import errors
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.auth import (
     bootstrap,
@@ -31,6 +34,8 @@ from socialweb_computer.auth import (
     rbac,
 )
 from socialweb_computer.auth.attributes import Attributes
+
+log = logging.getLogger(__name__)
 
 Object = dict[str, Any]
 
@@ -56,7 +61,7 @@ REQUEST: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
 
 
 class ClusterPolicy:
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, on_problems_changed: Callable[[], None] | None = None) -> None:
         self.store = store
         self.index = rbac.Index()
         self.aggregator = controllers.Aggregator(store, self.index)
@@ -64,6 +69,10 @@ class ClusterPolicy:
         self.node_graph = nodegraph.Populator(store)
         self.nodes = nodeauthorizer.NodeAuthorizer(self.node_graph)
         self.node_restriction = noderestriction.NodeRestriction(store, self.authorize)
+        # Stored RBAC objects the index cannot use (kept by an older version, or a bug): they grant
+        # nothing (fail closed) and are reported until fixed or deleted.
+        self.unusable: dict[tuple[str, str, str], str] = {}
+        self._on_problems_changed = on_problems_changed
         store.after_write.append(self._after_write)
         store.before_write.append(self._before_write)
 
@@ -74,7 +83,7 @@ class ClusterPolicy:
             kind = registry.lookup(rbac.GROUP, "v1", plural)
             listed = await self.store.list(kind, "", store_mod.ListOptions())
             for obj in listed["items"]:
-                self.index.put(plural, obj)
+                self._index(plural, obj)
             existing[plural] = {obj["metadata"]["name"]: obj for obj in listed["items"]
                                 if not obj["metadata"].get("namespace")}
         await self.node_graph.start()
@@ -126,18 +135,60 @@ class ClusterPolicy:
             if event == "DELETED":
                 assert old is not None
                 self.index.remove(kind.plural, old)
+                self._resolved(kind.plural, old)
             else:
                 assert new is not None
-                self.index.put(kind.plural, new)
+                self._index(kind.plural, new)
             if kind.plural == rbac.CLUSTER_ROLES:
                 self.aggregator.changed()
         elif kind.group == "":
             self.service_accounts.on_write(kind.plural, event, new, old)
 
+    def _index(self, plural: str, obj: Object) -> None:
+        """Put `obj` in the index; one it cannot use is taken out instead (what it granted before
+        must not outlive it) and reported."""
+        try:
+            self.index.put(plural, obj)
+        except (ValueError, TypeError, AttributeError, KeyError) as e:
+            self.index.remove(plural, obj)
+            key = _key_of(plural, obj)
+            self.unusable[key] = f"{plural} {'/'.join(p for p in key[1:] if p)}: {e}"
+            log.error("the authorizer cannot use stored %s; it grants nothing until fixed or deleted",
+                      self.unusable[key])
+            self._problems_changed()
+            return
+        self._resolved(plural, obj)
+
+    def _resolved(self, plural: str, obj: Object) -> None:
+        if self.unusable.pop(_key_of(plural, obj), None) is not None:
+            self._problems_changed()
+
+    def _problems_changed(self) -> None:
+        if self._on_problems_changed is not None:
+            self._on_problems_changed()
+
+    def problems(self) -> list[str]:
+        """What keeps the authorizer from agreeing with the store, for readiness and status."""
+        return [f"the authorizer cannot use stored {what}; fix or delete it" for what in sorted(
+            self.unusable.values())]
+
     def _before_write(self, kind: Any, new: Object, old: Object | None) -> None:
+        if kind.group == rbac.GROUP and kind.plural in rbac.PLURALS:
+            try:
+                rbac.Index.parse(kind.plural, new)  # never acknowledge what the authorizer could not apply
+            except (ValueError, TypeError, AttributeError, KeyError) as e:
+                raise errors.invalid(kind.kind, (new.get("metadata") or {}).get("name", ""),
+                                     [errors.Cause("FieldValueInvalid", f"Invalid value: the authorizer "
+                                                                        f"cannot use this object: {e}", "")],
+                                     kind.group) from None
         context = REQUEST.get()
         if context is None or context.policy is not self:
             return
         self.node_restriction.admit_write(context.attrs, kind, new, old)
         if kind.group == rbac.GROUP and kind.plural in rbac.PLURALS:
             escalation.check_write(self, context.attrs, kind.plural, new, old)
+
+
+def _key_of(plural: str, obj: Object) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return plural, str(meta.get("namespace", "")), str(meta.get("name", ""))

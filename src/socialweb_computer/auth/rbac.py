@@ -286,19 +286,39 @@ class Index:
 
     # ---------------------------------------------------------------- updates
 
+    @staticmethod
+    def parse(plural: str, obj: Object) -> tuple[Rule, ...] | Binding:
+        """What the index keeps of an RBAC object; raises (ValueError, TypeError, AttributeError)
+        for an object it cannot use, without changing the index."""
+        if plural in (CLUSTER_ROLES, ROLES):
+            rules = obj.get("rules") or ()
+            if not isinstance(rules, list | tuple) or not all(isinstance(r, dict) for r in rules):
+                raise ValueError("rules must be a list of PolicyRules")
+            return tuple(Rule.from_dict(r) for r in rules)
+        subjects = obj.get("subjects") or ()
+        if not isinstance(obj.get("roleRef") or {}, dict) or not all(isinstance(s, dict) for s in subjects):
+            raise ValueError("roleRef must be a RoleRef and subjects a list of Subjects")
+        return Binding.from_object(obj)
+
     def put(self, plural: str, obj: Object) -> None:
+        """Index `obj`; it is parsed whole first, so a failure leaves the index as it was."""
         meta = obj.get("metadata") or {}
         name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+        parsed = self.parse(plural, obj)
         if plural == CLUSTER_ROLES:
+            assert isinstance(parsed, tuple)
             self.cluster_roles[name] = obj
-            self._cluster_role_rules[name] = tuple(Rule.from_dict(r) for r in obj.get("rules") or ())
+            self._cluster_role_rules[name] = parsed
         elif plural == ROLES:
+            assert isinstance(parsed, tuple)
             self.roles[(namespace, name)] = obj
-            self._role_rules[(namespace, name)] = tuple(Rule.from_dict(r) for r in obj.get("rules") or ())
+            self._role_rules[(namespace, name)] = parsed
         elif plural == CLUSTER_ROLE_BINDINGS:
-            self.cluster_bindings.put(Binding.from_object(obj))
+            assert isinstance(parsed, Binding)
+            self.cluster_bindings.put(parsed)
         elif plural == ROLE_BINDINGS:
-            self.bindings.setdefault(namespace, _BindingSet()).put(Binding.from_object(obj))
+            assert isinstance(parsed, Binding)
+            self.bindings.setdefault(namespace, _BindingSet()).put(parsed)
         self._changed()
 
     def remove(self, plural: str, obj: Object) -> None:
