@@ -134,6 +134,13 @@ def entity_too_large(message: str = "Request entity too large: limit is 3145728"
     return StatusError(413, "RequestEntityTooLarge", message)
 
 
+def insufficient_storage() -> StatusError:
+    """The store's disk is full: nothing was written (507; not retried, so jobs fail fast)."""
+    return StatusError(507, "InsufficientStorage",
+                       "the gateway's store is out of disk space: writes are refused until the operator "
+                       "frees space on its disk (reads and deletes still work)")
+
+
 def gone(message: str) -> StatusError:
     return StatusError(410, "Expired", message)
 

@@ -68,6 +68,12 @@ class UnavailableError(StorageError):
     that raises it was not applied. The API answers 503 and the client retries."""
 
 
+class StorageFullError(UnavailableError):
+    """The store cannot grow: its disk (or quota) is full. Nothing was written. Deletes may still
+    work (a backend keeps room for them), and writes work again once space is freed, without a
+    restart. The API answers 507 InsufficientStorage, which clients do not retry."""
+
+
 class OutcomeUnknownError(StorageError):
     """The store did not confirm a write, which may or may not have been applied (the
     connection broke mid-request). The API answers 504, as kube-apiserver does for a timeout:
@@ -166,4 +172,15 @@ class Backend(Protocol):
     async def compact(self, revision: int) -> None:
         """Forget history at and below `revision` (current values are kept)."""
 
+    def problems(self) -> list[str]:
+        """Why the store cannot take writes now (empty when it can), for the gateway's readiness:
+        a full disk, say. Optional: `problems_of` takes a backend without it as having none."""
+        ...
+
     async def close(self) -> None: ...
+
+
+def problems_of(backend: object) -> list[str]:
+    """`backend.problems()`, or none for a backend that does not report any."""
+    report = getattr(backend, "problems", None)
+    return list(report()) if callable(report) else []

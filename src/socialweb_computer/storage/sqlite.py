@@ -20,8 +20,9 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from types import TracebackType
@@ -38,6 +39,12 @@ CHECKPOINT_INTERVAL = 1.0  # seconds between WAL checkpoints, run off the event 
 REPLAY_CHUNK = 256  # log rows a catching-up watch reads per step
 COMPACT_BATCH = 2_000  # revisions swept per compaction transaction
 SCHEMA_VERSION = 1
+# Room kept back on the store's disk for deletes and checkpoints once it fills (docs/storage.md).
+RESERVE_BYTES = 8 * 1024 * 1024
+RESERVE_MARGIN = 2 * 1024 * 1024  # free space beyond the reserve that counts as "room again"
+WAL_LIMIT_BYTES = 16 * 1024 * 1024  # journal_size_limit: the WAL is cut back to this after checkpoints
+_SQLITE_FULL = 13
+FULL_PROBLEM = "the store's disk is full: writes are refused until space is freed on it"
 
 _SCHEMA = (
     # One row per write. `id` is the revision. A create row has created=1 and
@@ -67,6 +74,9 @@ _PRAGMAS = (
     # Checkpoints (copying the WAL into the database, with an fsync) take milliseconds, so
     # `_Checkpointer` runs them on a thread; committing only forces one as a backstop.
     "PRAGMA wal_autocheckpoint = 16384",  # pages: 64 MiB of WAL
+    # After a checkpoint the WAL file is cut back to this, so the space a burst of writes took
+    # in it returns to the disk instead of staying allocated (and refilling it) for ever.
+    f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}",
     "PRAGMA cache_size = -32768",  # KiB
     "PRAGMA temp_store = MEMORY",
 )
@@ -182,6 +192,11 @@ class SqliteBackend:
         self._compactor: asyncio.Task[None] | None = None
         self._checkpointer: _Checkpointer | None = None
         self._closed = False
+        # Disk full: writes are refused without touching the file until there is room again.
+        self._full = False
+        self._reserve = _Reserve(path + "-reserve") if path not in ("", ":memory:") else None
+        if self._reserve is not None:
+            self._reserve.take()
 
     @classmethod
     async def open(
@@ -205,7 +220,7 @@ class SqliteBackend:
         if self.compact_interval > 0:
             self._compactor = asyncio.create_task(self._compact_periodically(), name="storage-compactor")
         if self.path not in ("", ":memory:"):
-            self._checkpointer = _Checkpointer(self.path)
+            self._checkpointer = _Checkpointer(self.path, self._after_checkpoint, lambda: self._full)
 
     async def __aenter__(self) -> SqliteBackend:
         return self
@@ -324,7 +339,7 @@ class SqliteBackend:
         self._ensure_open()
         prev = self._current_for_write(key, expected_revision)
         rev = self._rev + 1
-        self._append((rev, key, 0, 1, prev.create_revision, prev.mod_revision, prev.value))
+        self._append((rev, key, 0, 1, prev.create_revision, prev.mod_revision, prev.value), deleting=True)
         kv = base.KeyValue(key, prev.value, prev.create_revision, rev)
         self._recount(key, -1)
         self._publish(base.Event(base.EventType.DELETE, kv, prev))
@@ -338,13 +353,51 @@ class SqliteBackend:
             raise base.RevisionMismatchError(key, expected_revision, head[0])
         return base.KeyValue(key, head[3], head[2], head[0])
 
-    def _append(self, row: tuple[int, str, int, int, int, int, bytes]) -> None:
+    def _append(self, row: tuple[int, str, int, int, int, int, bytes], *, deleting: bool = False) -> None:
         # No explicit transaction around the head read and this insert: this process is
         # the only writer (lock file) and nothing else runs between them on the loop.
         # The insert autocommits; the revision counter moves only once it has.
-        with _storage_errors():
-            self._db.execute(_APPEND_SQL, row)
+        if self._full and not deleting and not self._room_again():
+            raise base.StorageFullError(FULL_PROBLEM)
+        try:
+            with _storage_errors():
+                self._db.execute(_APPEND_SQL, row)
+        except base.StorageFullError:
+            self._became_full()
+            raise
         self._rev = row[0]
+
+    # -- a full disk ------------------------------------------------------------------------
+
+    def _became_full(self) -> None:
+        if self._full:
+            return
+        self._full = True
+        released = self._reserve is not None and self._reserve.release()
+        log.warning("%s; %s", FULL_PROBLEM, "deletes use the reserve kept for them" if released
+                    else "no reserve was kept for deletes")
+
+    def _room_again(self) -> bool:
+        """Whether the disk has room again (then the reserve is taken back and writes resume)."""
+        if not self._full:
+            return True
+        directory = os.path.dirname(os.path.abspath(self.path))
+        try:
+            free = shutil.disk_usage(directory).free
+        except OSError:
+            return False
+        if free < RESERVE_BYTES + RESERVE_MARGIN or (self._reserve is not None and not self._reserve.take()):
+            return False
+        self._full = False
+        log.warning("the store's disk has room again: writes are taken again")
+        return True
+
+    def _after_checkpoint(self) -> None:
+        self._room_again()
+
+    def problems(self) -> list[str]:
+        """What keeps the store from taking writes (the gateway's readiness)."""
+        return [FULL_PROBLEM] if self._full else []
 
     def _publish(self, event: base.Event) -> None:
         if not self._by_prefix and not self._odd:
@@ -543,9 +596,13 @@ class _Checkpointer:
     A passive checkpoint never blocks a writer, and the sqlite3 module releases the GIL
     while it works, so the event loop keeps serving requests during the copy and fsync."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, after: Callable[[], None] | None = None,
+                 full: Callable[[], bool] | None = None) -> None:
         self._path = path
         self._db: sqlite3.Connection | None = None
+        self._after = after
+        self._full = full
+        self._failing: str | None = None  # the failure already logged, so one failure is one line
         self._thread = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-checkpoint")
         self._task = asyncio.create_task(self._run(), name="storage-checkpointer")
 
@@ -553,15 +610,29 @@ class _Checkpointer:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(CHECKPOINT_INTERVAL)
+            # A full disk: TRUNCATE gives all of the WAL back once it is copied (it waits for
+            # the writer, which then only deletes); otherwise PASSIVE, which never blocks it.
+            mode = "TRUNCATE" if self._full is not None and self._full() else "PASSIVE"
             try:
-                await loop.run_in_executor(self._thread, self._checkpoint)
-            except Exception:  # the next one retries; commits force one if the WAL gets huge
-                log.exception("storage WAL checkpoint failed")
+                await loop.run_in_executor(self._thread, self._checkpoint, mode)
+            except Exception as e:  # the next one retries; commits force one if the WAL gets huge
+                problem = f"{type(e).__name__}: {e}"
+                if problem != self._failing:
+                    log.warning("storage WAL checkpoint failed (retried every %gs): %s", CHECKPOINT_INTERVAL,
+                                problem)
+                    self._failing = problem
+            else:
+                if self._failing is not None:
+                    log.warning("storage WAL checkpoints work again")
+                    self._failing = None
+            if self._after is not None:
+                self._after()
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self, mode: str = "PASSIVE") -> None:
         if self._db is None:
             self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self._db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+        self._db.execute(f"PRAGMA wal_checkpoint({mode})")
 
     def _close_db(self) -> None:
         if self._db is not None:
@@ -651,7 +722,43 @@ def _storage_errors() -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as e:
+        if getattr(e, "sqlite_errorcode", 0) & 0xFF == _SQLITE_FULL:
+            raise base.StorageFullError(f"{FULL_PROBLEM} (sqlite: {e})") from e
         raise base.StorageError(f"sqlite: {e}") from e
+
+
+class _Reserve:
+    """A file of RESERVE_BYTES kept on the store's disk, given back when the disk fills so
+    deletes and checkpoints have room, and taken again once there is room."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def take(self) -> bool:
+        if os.path.exists(self.path) and os.path.getsize(self.path) >= RESERVE_BYTES:
+            return True
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return False
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)  # blocks really allocated, not a sparse file
+        except OSError:
+            os.close(fd)
+            self.release()
+            return False
+        os.close(fd)
+        return True
+
+    def release(self) -> bool:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            log.warning("cannot give back the store's reserve %s: %s", self.path, e)
+            return False
+        return True
 
 
 def _lock_file(path: str) -> int | None:
