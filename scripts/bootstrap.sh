@@ -16,14 +16,22 @@ cd "$REPO_ROOT"
 
 # Debian packages. Everyone (scripts/run.sh too):
 #   openssl, curl, ca-certificates  TLS checks in scripts and tests
+#   containerd, runc, containernetworking-plugins, tini, slirp4netns, iptables, e2fsprogs
+#                                   what a sandbox node runs (docs/host-contract.md); containerd and
+#                                   its service are installed, never started (policy-rc.d below)
+#   gcc, libc6-dev                  the build step compiles the pause image's static binary
 # Only with --test (scripts/test.sh, CI):
 #   binutils                        objdump/strip for scripts/build-binary.sh (PyInstaller)
 #   openssh-server                  the real sshd tests/hostops runs scripts/deploy.sh against
 #                                   (installed without starting or enabling the host's sshd)
 #   systemd                         systemd-analyze, which verifies the gateway's user unit
-#   e2fsprogs                       mkfs.ext4, which check-host looks for (node root filesystems)
-APT_PACKAGES=(openssl curl ca-certificates)
-TEST_APT_PACKAGES=(binutils openssh-server systemd e2fsprogs)
+#   busybox-static, skopeo          the images the node tests build, and their push to a registry
+#   docker-registry, apache2-utils  the registries on loopback the node tests pull from (htpasswd)
+#   nftables, iproute2              what the node tests read to prove nothing was left on the host
+APT_PACKAGES=(openssl curl ca-certificates containerd runc containernetworking-plugins tini slirp4netns iptables
+              e2fsprogs gcc libc6-dev)
+TEST_APT_PACKAGES=(binutils openssh-server systemd busybox-static skopeo docker-registry apache2-utils
+                   nftables iproute2)
 if [[ "${1:-}" == "--test" ]]; then
     APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 fi
@@ -56,9 +64,15 @@ install_apt_packages() {
     if [[ -n "$guard" ]]; then
         rm -f "$guard"
     fi
-    if [[ " ${missing[*]} " == *" openssh-server "* ]] && command -v systemctl >/dev/null; then
-        systemctl disable --quiet ssh.service 2>/dev/null || true  # the tests start their own sshd
-    fi
+    # Services the packages bring stay disabled: the tests start their own sshd and registries, and
+    # every node runs a containerd of its own.
+    local package service
+    for package in openssh-server:ssh containerd:containerd docker-registry:docker-registry; do
+        service="${package#*:}"
+        if [[ " ${missing[*]} " == *" ${package%%:*} "* ]] && command -v systemctl >/dev/null; then
+            systemctl disable --quiet "$service.service" 2>/dev/null || true
+        fi
+    done
     return "$status"
 }
 
@@ -114,8 +128,15 @@ PY
     esac
 }
 
+build_node() {
+    # CRI stubs and the pause image: generated, gitignored, idempotent (src/socialweb_computer/node/build.py).
+    log "building the node's CRI stubs and pause image"
+    "$VENV/bin/python" -m socialweb_computer.node.build
+}
+
 install_apt_packages
 ensure_venv
 bash "$REPO_ROOT/scripts/install-tools.sh"
 build_protobuf
+build_node
 log "ready"

@@ -29,6 +29,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from socialweb_computer import debian
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import protobuf
 from socialweb_computer.apiserver.protobuf import build, decoder, gotypes, protofile, table, wire
@@ -273,13 +274,13 @@ def test_mirror_comes_from_the_system_sources(tmp_path: Path, monkeypatch: pytes
                       f"Signed-By: {deb822}\n")
     one_line = tmp_path / "other.list"
     one_line.write_text("deb [signed-by=/nonexistent] http://other.example/debian stable main\n")
-    monkeypatch.delenv(build.MIRROR_ENV, raising=False)
-    monkeypatch.setattr(build, "_apt_source_files", lambda: [deb822, one_line])
-    assert build.system_mirror() == ("http://mirror.example/debian", str(deb822))
-    monkeypatch.setattr(build, "_apt_source_files", lambda: [one_line])
-    assert build.system_mirror() == ("http://other.example/debian", "")
-    monkeypatch.setenv(build.MIRROR_ENV, "http://override.example/debian")
-    assert build.system_mirror() == ("http://override.example/debian", "")
+    monkeypatch.delenv(debian.MIRROR_ENV, raising=False)
+    monkeypatch.setattr(debian, "_apt_source_files", lambda: [deb822, one_line])
+    assert debian.system_mirror() == ("http://mirror.example/debian", str(deb822))
+    monkeypatch.setattr(debian, "_apt_source_files", lambda: [one_line])
+    assert debian.system_mirror() == ("http://other.example/debian", "")
+    monkeypatch.setenv(debian.MIRROR_ENV, "http://override.example/debian")
+    assert debian.system_mirror() == ("http://override.example/debian", "")
 
 
 # ---------------------------------------------------------------- decoder, by hand-made bodies

@@ -9,6 +9,7 @@ import decimal
 
 import pytest
 
+from socialweb_computer.api import quantity
 from socialweb_computer.controllers import framework
 from socialweb_computer.controllers.scheduling import cache, predicates, preemption, queue, resources, scoring
 
@@ -61,9 +62,9 @@ def test_quantities_round_up_like_go(name: str, text: object, expected: int) -> 
 
 @pytest.mark.parametrize("text", ["1mi", "abc", "1.2.3", "", "1Kb", "--1"])
 def test_bad_quantities_are_rejected(text: str) -> None:
-    with pytest.raises(resources.QuantityError):
-        resources.parse_quantity(text)
-    assert resources.parse_quantity("1Ki") == decimal.Decimal(1024)
+    with pytest.raises(quantity.QuantityError):
+        quantity.parse_quantity(text)
+    assert quantity.parse_quantity("1Ki") == decimal.Decimal(1024)
 
 
 def test_pod_requests_sum_containers_init_peak_sidecars_overhead_and_limit_defaults() -> None:

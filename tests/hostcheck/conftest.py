@@ -40,6 +40,10 @@ FAKE_TOOLS = {
                           '  -accel) printf "Accelerators supported in QEMU binary:\\ntcg\\nkvm\\n";;\n'
                           'esac\n',
     "runc": 'echo "runc version 1.1.5"; echo "commit: v1.1.5"; echo "spec: 1.0.2-dev"\n',
+    "containerd": 'echo "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3"\n',
+    "slirp4netns": 'echo "slirp4netns version 1.2.0"; echo "commit: 656041d4"\n',
+    "tini": 'echo "tini version 0.19.0"\n',
+    "unshare": 'echo "unshare from util-linux 2.38.1"\n',
     "mkfs.ext4": 'echo "mke2fs 1.47.0 (5-Feb-2023)" >&2; echo "\tUsing EXT2FS Library version 1.47.0" >&2\n',
 }
 

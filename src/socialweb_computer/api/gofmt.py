@@ -162,3 +162,26 @@ def value(v: Any) -> str:
     if isinstance(v, list) and all(isinstance(x, str) for x in v):
         return go_string_slice(v)
     return marshal_json(v)
+
+
+def duration(seconds: float) -> str:
+    """Go's `time.Duration.String()`: `10s`, `1m20s`, `2h0m0s`, `1.5s`, `523.4ms`, `0s`."""
+    nanos = round(seconds * 1e9)
+    if nanos == 0:
+        return "0s"
+    sign = "-" if nanos < 0 else ""
+    nanos = abs(nanos)
+
+    def trimmed(value: float, places: int) -> str:
+        return f"{value:.{places}f}".rstrip("0").rstrip(".")
+
+    if nanos < 1_000:
+        return f"{sign}{nanos}ns"
+    if nanos < 1_000_000:
+        return f"{sign}{trimmed(nanos / 1e3, 3)}µs"
+    if nanos < 1_000_000_000:
+        return f"{sign}{trimmed(nanos / 1e6, 6)}ms"
+    hours, rest = divmod(nanos, 3600 * 10**9)
+    minutes, rest = divmod(rest, 60 * 10**9)
+    text = f"{hours}h{minutes}m" if hours else (f"{minutes}m" if minutes else "")
+    return f"{sign}{text}{trimmed(rest / 1e9, 9) or '0'}s"

@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import admission, crds, defaultclass, namespaces, registry, store
+from socialweb_computer.apiserver import admission, crds, defaultclass, namespaces, registry, store, streaming
+from socialweb_computer.apiserver.streaming import logs as streaming_logs
 from socialweb_computer.auth import certificates, pki, policy, serviceaccounts, tokens, tokensecrets
 from socialweb_computer.storage import base as storage
 
@@ -51,6 +52,9 @@ class LogicalCluster:
         signer = pki.FileSigner(*client_ca) if client_ca is not None else None
         self.controllers = controllers.Manager(self.store, signer=signer)
         self.subresource_handlers: dict[str, SubresourceHandler] = dict(subresources.HANDLERS)
+        # How pods' streaming subresources reach node agents; set by the gateway (None: no nodes).
+        self.node_dialer: streaming.NodeDialer | None = None
+        self.subresource_handlers["log"] = streaming_logs.handler(lambda c: c.node_dialer)
         self._openapi: dict[str, tuple[int, Any]] = {}
 
     async def start(self) -> None:

@@ -13,11 +13,12 @@ from socialweb_computer.cli import (
     gateway,
     install,
     internal,
+    node,
     upgrade,
     version,
 )
 
-COMMANDS = (apiserver, version, gateway, internal, credential, checkhost, install, upgrade)
+COMMANDS = (apiserver, version, gateway, node, internal, credential, checkhost, install, upgrade)
 
 
 class CommandError(Exception):

@@ -19,12 +19,14 @@ import dataclasses
 import errno
 import gc
 import logging
+from pathlib import Path
 from typing import Any
 
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.apiserver import kinds, store
 from socialweb_computer.apiserver.cluster import LogicalCluster
+from socialweb_computer.bidders import base as bidders_base
 from socialweb_computer.clusterprovider import layout
 from socialweb_computer.controllers import framework
 from socialweb_computer.gateway import resource, tenants
@@ -287,7 +289,8 @@ class ClusterController:
                 ) from None
             self._ports[name] = port
         tenant = tenants.TenantPlane(
-            record, self.state.cluster_pki(name), self.backend, self.spec.address, self.queue.add
+            record, self.state.cluster_pki(name), self.backend, self.spec.address, self.queue.add,
+            bidders_base.NodeDirectory(Path(self.state.root), name),
         )
         try:
             await tenant.start()

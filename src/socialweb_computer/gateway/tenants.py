@@ -16,7 +16,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from socialweb_computer.apiserver import app as app_mod
-from socialweb_computer.apiserver import keys, kinds
+from socialweb_computer.apiserver import keys, kinds, streaming
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn
 from socialweb_computer.clusterprovider import layout
@@ -38,12 +38,14 @@ class TenantPlane:
         backend: storage.Backend,
         address: str,
         on_nodes_changed: Callable[[str], None],
+        node_dialer: streaming.NodeDialer | None = None,
     ) -> None:
         self.record = record
         self.cluster = LogicalCluster(record.name, backend, keys=plane.token_keys(),
                                       root_ca_pem=plane.serving_ca_pem(),
                                       client_ca=(plane.client_ca, plane.client_ca_key))
         self.cluster.tokens.issuer = record.url
+        self.cluster.node_dialer = node_dialer
         self._plane = plane
         self._address = address
         self._runner: web.AppRunner | None = None

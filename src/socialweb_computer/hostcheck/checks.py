@@ -14,7 +14,7 @@ import functools
 import re
 from typing import Any
 
-from socialweb_computer.hostcheck import account, context, kvm, ports, statedir, tools
+from socialweb_computer.hostcheck import account, context, kvm, noderuntime, ports, statedir, tools
 
 BOTH = frozenset(context.ROLES)
 GATEWAY = frozenset({"gateway"})
@@ -76,6 +76,27 @@ CHECKS: tuple[Check, ...] = (
           "with the state directory under it",
           statedir.tmpdir),
     *(Check(tool.check, tool.why, tool.fix, functools.partial(tools.run, tool)) for tool in tools.TOOLS),
+    Check("cni-plugins",
+          "A sandbox node wires its pods with the CNI bridge, host-local and portmap plugins (containerd "
+          "runs loopback itself). Required for role node; for role gateway it is optional.",
+          "install the CNI plugins (Debian: apt-get install containernetworking-plugins)",
+          noderuntime.cni_plugins),
+    Check("cgroups",
+          "A sandbox node's memory and CPU are cgroup limits on /socialweb/<node>, and its pods' limits "
+          "cgroups below it (cgroupfs driver: PID 1 need not be systemd). Required for role node; for role "
+          "gateway it is optional.",
+          "mount the memory, cpu and pids controllers (cgroup v1 or v2) writable for {user}",
+          noderuntime.cgroups),
+    Check("oom-score-adj",
+          "containerd's CRI plugin gives pod sandboxes an OOM score of -998, which needs CAP_SYS_RESOURCE; "
+          "without it nodes set restrict_oom_score_adj. A finding, never a failure.",
+          "none needed",
+          noderuntime.oom_score_adj),
+    Check("node-devices",
+          "A sandbox node needs /dev/net/tun for its user-mode network and loop devices for its disk. "
+          "Required for role node; for role gateway it is optional.",
+          "load the tun and loop modules (modprobe tun loop) or give the account access to the devices",
+          noderuntime.devices),
     Check("kvm",
           "Nodes boot under KVM when /dev/kvm really works and under TCG (emulation, several times slower) "
           "otherwise. A finding, never a failure: the line says which acceleration nodes get.",

@@ -73,12 +73,31 @@ TOOLS = (
              "hybrid hosts). Required for role node; for role gateway it is optional.",
          fix="install runc 1.1 or later (Debian: apt-get install runc)"),
     Tool("containerd", "containerd", ("--version",), r"containerd \S+ v?(\d+)\.(\d+)(?:\.(\d+))?", (1, 6),
-         frozenset(),
-         without="sandbox nodes that use containerd cannot run here",
-         why="Sandbox nodes can keep images and containers in a containerd daemon of their own. Optional "
-             "for both roles; an old one present on PATH fails, because it would be used.",
+         frozenset({"node"}),
+         without="no sandbox nodes on this host; microVM nodes are unaffected",
+         why="Every sandbox node runs a containerd daemon of its own (its own root, state and socket) and "
+             "drives its Pods through containerd's CRI plugin; `ctr` from the same package imports the pause "
+             "image. Required for role node; for role gateway it is optional.",
          fix="install containerd 1.6 or later (Debian: apt-get install containerd), or remove the old one "
              "from PATH"),
+    Tool("slirp4netns", "slirp4netns", ("--version",), r"slirp4netns version (\d+)\.(\d+)(?:\.(\d+))?",
+         (1, 0), frozenset({"node"}),
+         without="no sandbox nodes on this host; microVM nodes are unaffected",
+         why="A sandbox node's network namespace reaches the outside through slirp4netns' user-mode network "
+             "(no bridge or route on the host, and no access to the host's loopback).",
+         fix="install slirp4netns 1.0 or later (Debian: apt-get install slirp4netns)"),
+    Tool("tini", "tini", ("--version",), r"tini version (\d+)\.(\d+)(?:\.(\d+))?", (0, 18),
+         frozenset({"node"}),
+         without="no sandbox nodes on this host; microVM nodes are unaffected",
+         why="tini is the init of a sandbox node's PID namespace: it reaps the node's orphans and passes "
+             "SIGTERM on; when it ends, the kernel ends every process of the node.",
+         fix="install tini 0.18 or later (Debian: apt-get install tini)"),
+    Tool("unshare", "unshare", ("--version",), r"unshare from util-linux (\d+)\.(\d+)(?:\.(\d+))?",
+         (2, 32), frozenset({"node"}),
+         without="no sandbox nodes on this host; microVM nodes are unaffected",
+         why="Sandbox nodes start in new PID, mount, network, UTS and IPC namespaces made by util-linux's "
+             "unshare (--kill-child needs 2.32).",
+         fix="install util-linux 2.32 or later (Debian: apt-get install util-linux)"),
 )
 
 

@@ -6,10 +6,9 @@ server needs every message's field numbers, types and JSON names. Rather than
 copying `.proto` files or typing tables into the repository, this step:
 
 1. downloads Debian's `golang-k8s-api-dev` and `golang-k8s-apimachinery-dev` (which
-   carry the upstream `generated.proto` files and the Go API types) with
-   `apt-get download`, using a private sources list and state directory so the
-   system's apt configuration is never touched; the mirror is the one the system's
-   own apt sources already use, with the suite swapped (default: trixie);
+   carry the upstream `generated.proto` files and the Go API types) through
+   `socialweb_computer.debian` (a private apt state; the system's apt configuration is
+   never touched; default suite: trixie);
 2. unpacks them with `dpkg-deb -x` into a temporary directory;
 3. parses the `.proto` files (`protofile.py`) for field numbers and wire types and
    the Go struct tags beside them (`gotypes.py`) for JSON names, `omitempty`,
@@ -33,28 +32,23 @@ import argparse
 import hashlib
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 
+from socialweb_computer import debian
 from socialweb_computer.apiserver.protobuf import gotypes, protofile
 
 PACKAGES = ("golang-k8s-api-dev", "golang-k8s-apimachinery-dev")
 DEFAULT_SUITE = "trixie"
 FORMAT = 1
-MIRROR_ENV = "SOCIALWEB_DEBIAN_MIRROR"
 
 HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "generated" / "fields.json"
 GO_SRC = Path("usr/share/gocode/src")
 # Upstream's own test group; no client sends it.
 SKIPPED_DIRS = ("testapigroup",)
-# Suites of Debian's main archive (not security, not backports) that can supply a mirror URI.
-_DEBIAN_SUITE = re.compile(r"^[a-z]+(-updates)?$")
 
 
 class BuildError(RuntimeError):
@@ -94,129 +88,6 @@ def is_up_to_date(output: Path, stamp: str) -> bool:
             return json.load(f).get("stamp") == stamp
     except (OSError, ValueError):
         return False
-
-
-# ---------------------------------------------------------------- apt
-
-def _apt_source_files() -> list[Path]:
-    out = subprocess.run(["apt-config", "shell", "LIST", "Dir::Etc::SourceList/f", "PARTS",
-                          "Dir::Etc::SourceParts/d"], capture_output=True, text=True, check=True).stdout
-    values = dict(re.findall(r"^(\w+)='([^']*)'", out, re.MULTILINE))
-    files = [Path(values.get("LIST", "/etc/apt/sources.list"))]
-    parts = Path(values.get("PARTS", "/etc/apt/sources.list.d"))
-    if parts.is_dir():
-        files += sorted(p for p in parts.iterdir() if p.suffix in (".list", ".sources"))
-    return [f for f in files if f.is_file()]
-
-
-def _entries_deb822(text: str) -> Iterable[tuple[str, list[str], list[str], str]]:
-    for stanza in re.split(r"\n\s*\n", text):
-        fields: dict[str, str] = {}
-        key = ""
-        for line in stanza.splitlines():
-            if line.startswith("#") or not line.strip():
-                continue
-            if line[0].isspace() and key:
-                fields[key] += " " + line.strip()
-                continue
-            key, _, value = line.partition(":")
-            key = key.strip().lower()
-            fields[key] = value.strip()
-        if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes").lower() == "no":
-            continue
-        for uri in fields.get("uris", "").split():
-            yield uri, fields.get("suites", "").split(), fields.get("components", "").split(), \
-                fields.get("signed-by", "")
-
-
-def _entries_one_line(text: str) -> Iterable[tuple[str, list[str], list[str], str]]:
-    for line in text.splitlines():
-        match = re.match(r"^\s*deb\s+(?:\[([^\]]*)\]\s+)?(\S+)\s+(\S+)\s+(.*)$", line)
-        if not match:
-            continue
-        options = dict(o.split("=", 1) for o in (match.group(1) or "").split() if "=" in o)
-        yield match.group(2), [match.group(3)], match.group(4).split(), options.get("signed-by", "")
-
-
-def system_mirror() -> tuple[str, str]:
-    """(URI, Signed-By keyring) of the Debian main archive the system's apt already uses."""
-    override = os.environ.get(MIRROR_ENV)
-    if override:
-        return override, ""
-    for path in _apt_source_files():
-        text = path.read_text(encoding="utf-8", errors="replace")
-        entries = _entries_deb822(text) if path.suffix == ".sources" else _entries_one_line(text)
-        for uri, suites, components, signed_by in entries:
-            if "main" in components and any(_DEBIAN_SUITE.match(s) for s in suites) \
-                    and uri.rstrip("/").endswith("/debian"):
-                keyring = signed_by if signed_by.startswith("/") and Path(signed_by).is_file() else ""
-                return uri, keyring
-    raise BuildError(f"no Debian archive found in the system's apt sources; set {MIRROR_ENV} to a mirror URI")
-
-
-def _apt_options(state: Path) -> list[str]:
-    """Points every apt path that matters at a private directory."""
-    empty = state / "empty.d"
-    empty.mkdir(exist_ok=True)
-    return [
-        "-o", f"Dir::Etc::SourceList={state / 'k8s-protobuf.sources'}",
-        "-o", f"Dir::Etc::SourceParts={empty}",
-        "-o", "Dir::Etc::Preferences=/dev/null",
-        "-o", f"Dir::Etc::PreferencesParts={empty}",
-        "-o", f"Dir::State::Lists={state / 'lists'}",
-        "-o", f"Dir::Cache={state / 'cache'}",
-        "-o", "Acquire::Languages=none",
-        "-o", "APT::Sandbox::User=root",
-        "-q",
-    ]
-
-
-def download(packages: Iterable[str], suite: str, dest: Path) -> list[Path]:
-    uri, keyring = system_mirror()
-    _log(f"downloading {', '.join(packages)} from Debian {suite}")
-    with tempfile.TemporaryDirectory(prefix="k8s-protobuf-apt-") as tmp:
-        state = Path(tmp)
-        (state / "lists" / "partial").mkdir(parents=True)
-        (state / "cache" / "archives" / "partial").mkdir(parents=True)
-        stanza = f"Types: deb\nURIs: {uri}\nSuites: {suite}\nComponents: main\n"
-        if keyring:
-            stanza += f"Signed-By: {keyring}\n"
-        (state / "k8s-protobuf.sources").write_text(stanza)
-        options = _apt_options(state)
-        _run(["apt-get", *options, "update"])
-        dest.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix="download-", dir=dest))
-        try:
-            _run(["apt-get", *options, "download", *packages], cwd=staging)
-            for package in packages:
-                for old in dest.glob(f"{package}_*.deb"):
-                    old.unlink()
-            for deb in staging.glob("*.deb"):
-                deb.replace(dest / deb.name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return cached_debs(packages, dest)
-
-
-def cached_debs(packages: Iterable[str], cache: Path) -> list[Path]:
-    found = []
-    for package in packages:
-        debs = sorted(cache.glob(f"{package}_*.deb"))
-        if not debs:
-            return []
-        found.append(debs[-1])
-    return found
-
-
-def _run(command: list[str], cwd: Path | None = None) -> str:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise BuildError(f"{command[0]} {command[-1]} failed ({result.returncode}):\n{result.stderr.strip()}")
-    return result.stdout
-
-
-def deb_version(deb: Path) -> str:
-    return _run(["dpkg-deb", "-f", str(deb), "Version"]).strip()
 
 
 # ---------------------------------------------------------------- table
@@ -303,15 +174,11 @@ def build(output: Path, cache: Path, suite: str, force: bool = False, refresh: b
     stamp = builder_stamp(suite)
     if not (force or refresh) and is_up_to_date(output, stamp):
         return False
-    debs = [] if refresh else cached_debs(PACKAGES, cache)
-    if not debs:
-        debs = download(PACKAGES, suite, cache)
-    if len(debs) != len(PACKAGES):
-        raise BuildError(f"could not obtain {', '.join(PACKAGES)}")
-    versions = {deb.name.split("_", 1)[0]: deb_version(deb) for deb in debs}
+    debs = debian.obtain(PACKAGES, suite, cache, refresh=refresh, log=_log)
+    versions = {deb.name.split("_", 1)[0]: debian.deb_version(deb) for deb in debs}
     with tempfile.TemporaryDirectory(prefix="k8s-protobuf-") as tmp:
         for deb in debs:
-            _run(["dpkg-deb", "-x", str(deb), tmp])
+            debian.extract(deb, Path(tmp))
         table, warnings = build_table(Path(tmp))
     for warning in warnings:
         _log(f"note: {warning}")
@@ -349,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cache = args.cache_dir or default_cache_dir()
         wrote = build(args.output, cache, args.suite, args.force, args.refresh)
-    except (BuildError, protofile.ProtoSyntaxError, OSError, subprocess.CalledProcessError) as exc:
+    except (BuildError, debian.ArchiveError, protofile.ProtoSyntaxError, OSError,
+            subprocess.CalledProcessError) as exc:
         _log(f"error: {exc}")
         return 1
     if not wrote:

@@ -10,9 +10,9 @@ Used by `scheduling.cache`, `scheduling.predicates` and `scheduling.scoring`.
 from __future__ import annotations
 
 import decimal
-import math
-import re
 from typing import Any
+
+from socialweb_computer.api import quantity
 
 Object = dict[str, Any]
 Resources = dict[str, int]
@@ -23,37 +23,9 @@ CPU, MEMORY, EPHEMERAL = "cpu", "memory", "ephemeral-storage"
 DEFAULT_MILLI_CPU = 100
 DEFAULT_MEMORY = 200 * 1024 * 1024
 
-_SUFFIXES = {
-    "": 1, "n": decimal.Decimal("1e-9"), "u": decimal.Decimal("1e-6"), "m": decimal.Decimal("1e-3"),
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}
-_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([numkMGTPE]i?|Ki|))$")
-
-
-class QuantityError(ValueError):
-    pass
-
-
-def parse_quantity(value: object) -> decimal.Decimal:
-    """The exact value of a quantity string (or number)."""
-    if isinstance(value, bool):
-        raise QuantityError(f"quantities must match the regular expression: {value!r}")
-    if isinstance(value, int | float):
-        return decimal.Decimal(str(value))
-    match = _QUANTITY.match(str(value).strip())
-    if not match or (match.group(3) or "") not in _SUFFIXES:
-        raise QuantityError(f"quantities must match the regular expression: {value!r}")
-    number = decimal.Decimal(match.group(1))
-    if match.group(2):
-        return number * (decimal.Decimal(10) ** int(match.group(2)[1:]))
-    return number * _SUFFIXES[match.group(3) or ""]
-
-
 def amount(name: str, value: object) -> int:
     """A quantity as the scheduler's integer: millicores for cpu, rounded-up units otherwise."""
-    exact = parse_quantity(value)
-    return math.ceil(exact * 1000) if name == CPU else math.ceil(exact)
+    return quantity.milli_value(value) if name == CPU else quantity.int_value(value)
 
 
 def amounts(quantities: Object | None) -> Resources:
@@ -62,7 +34,7 @@ def amounts(quantities: Object | None) -> Resources:
     for name, value in (quantities or {}).items():
         try:
             out[name] = amount(name, value)
-        except (QuantityError, decimal.InvalidOperation):
+        except (quantity.QuantityError, decimal.InvalidOperation):
             continue
     return out
 
@@ -152,3 +124,4 @@ def ports_conflict(wanted: list[tuple[str, str, int]], used: dict[tuple[str, str
             if ip == used_ip or "0.0.0.0" in (ip, used_ip):
                 return True
     return False
+

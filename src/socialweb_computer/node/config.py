@@ -1,0 +1,109 @@
+"""What a node agent is told when it starts: one JSON file written by the bidder.
+
+The bidder (sandbox or QEMU) decides everything about a node: its name, size, cluster,
+credential, pod network and registries. It writes them to `node.json` in the node's
+directory (0600, beside the credential) and starts `socialweb-computer node boot --dir
+DIR`, which reads this file and nothing else. The same file works on the host (a sandbox
+node) and inside a guest (a microVM node): paths in it are the node's own view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+FILE = "node.json"
+KUBELET_VERSION = "v1.37.0"
+# The user-mode network's resolver (slirp4netns and QEMU both serve DNS there).
+DNS_FROM_NODE = "10.0.2.3"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeDir:
+    """The node's directory as both sides see it: the bidder writes it, the agent reads it."""
+
+    path: Path
+
+    @property
+    def credential(self) -> Path:  # ca.crt, tls.crt, tls.key (0600), minted from the ClientCA
+        return self.path / "credential"
+
+    @property
+    def logs(self) -> Path:  # the agent's and containerd's own logs (pod logs live on the data disk)
+        return self.path / "logs"
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    vcpu: int
+    mem_mib: int
+    rootfs_mib: int
+    max_pods: int = 110
+
+
+@dataclasses.dataclass(frozen=True)
+class RegistryConfig:
+    """One registry as image references name it (`host`), and where the node reaches it."""
+
+    host: str
+    endpoint: str
+    skip_verify: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeConfig:
+    name: str
+    cluster: str
+    server: str  # the cluster's URL; reachable in the node at the same address (see hostports.py)
+    size: Size
+    pod_cidr: str
+    data_dir: str  # on the node's disk: containerd's root, pod volumes, logs
+    run_dir: str  # on a tmpfs: sockets, task state
+    agent_socket: str  # where the agent serves the cluster (streaming, health); "" = none
+    agent_port: int  # TCP port on 127.0.0.1 instead of a socket (microVM nodes); 0 = none
+    cgroup_root: str  # the cgroup path pods go under (cgroupfs), e.g. /socialweb/<node>/kubepods
+    labels: dict[str, str]
+    taints: list[dict[str, Any]]
+    registries: list[RegistryConfig]
+    resolv_conf: str  # the node's resolv.conf for dnsPolicy Default
+    internal_ip: str
+    bidder: str
+    host_ports: list[int]  # host loopback ports the node reaches at its own 127.0.0.1:<port>
+    host_socket_dir: str  # where the host side of those ports listens (unix sockets)
+    cni_bin_dir: str = "/usr/lib/cni"
+    lease_seconds: int = 40
+    heartbeat_seconds: float = 10.0
+    status_report_seconds: float = 60.0
+
+    def write(self, directory: Path) -> Path:
+        path = directory / FILE
+        partial = directory / (FILE + ".partial")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(orjson.dumps(dataclasses.asdict(self), option=orjson.OPT_INDENT_2))
+        partial.replace(path)
+        return path
+
+    @classmethod
+    def read(cls, directory: Path) -> NodeConfig:
+        try:
+            raw = orjson.loads((directory / FILE).read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read {directory / FILE}: {exc}") from None
+        try:
+            raw["size"] = Size(**raw["size"])
+            raw["registries"] = [RegistryConfig(**r) for r in raw.get("registries", [])]
+            config = cls(**raw)
+        except (TypeError, KeyError) as exc:
+            raise ConfigError(f"{directory / FILE} is not a node configuration: {exc}") from None
+        ipaddress.ip_network(config.pod_cidr)
+        return config

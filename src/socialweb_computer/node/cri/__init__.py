@@ -1,0 +1,1 @@
+"""The node's container runtime: containerd's CRI over gRPC (stubs generated at build time)."""

@@ -1,0 +1,142 @@
+"""The agent's own API, which only its cluster's apiserver reaches (like a kubelet's :10250).
+
+On a sandbox node it listens on a unix socket in the node's directory (0600, in a 0700
+directory of the gateway's account): the filesystem is the authentication, and nothing
+listens on TCP. Paths are a kubelet's:
+
+    GET /healthz
+    GET /containerLogs/{namespace}/{pod}/{container}?follow=&previous=&timestamps=&tailLines=
+        &sinceSeconds=&sinceTime=&limitBytes=
+
+Errors are Kubernetes `Status` bodies with a kubelet's wording, which the apiserver
+passes on to the client unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from socialweb_computer.node import logs
+
+if TYPE_CHECKING:
+    from socialweb_computer.node import agent as agent_mod
+
+AGENT: web.AppKey[Any] = web.AppKey("agent", object)
+
+
+def status(code: int, reason: str, message: str) -> web.Response:
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    return web.Response(status=code, body=orjson.dumps(body), content_type="application/json")
+
+
+def _int(request: web.Request, name: str) -> int | None:
+    value = request.query.get(name)
+    return int(value) if value not in (None, "") else None
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("true", "1")
+
+
+def log_options(request: web.Request) -> logs.Options:
+    since: datetime.datetime | None = None
+    if request.query.get("sinceTime"):
+        since = logs.parse_time(request.query["sinceTime"])
+    elif request.query.get("sinceSeconds"):
+        since = datetime.datetime.now(datetime.UTC) - datetime.timedelta(
+            seconds=int(request.query["sinceSeconds"])
+        )
+    return logs.Options(
+        follow=_flag(request, "follow"),
+        timestamps=_flag(request, "timestamps"),
+        tail_lines=_int(request, "tailLines"),
+        since=since,
+        limit_bytes=_int(request, "limitBytes"),
+    )
+
+
+async def container_logs(request: web.Request) -> web.StreamResponse:
+    agent: agent_mod.Agent = request.app[AGENT]
+    namespace, pod_name, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
+    worker = agent.worker_for(namespace, pod_name)
+    if worker is None:
+        return status(404, "NotFound", f'pod "{pod_name}" not found')
+    record = await agent.pleg.relist(worker.uid)
+    instances = record.of(container)
+    previous = _flag(request, "previous")
+    if previous:
+        if len(instances) < 2:
+            return status(
+                400,
+                "BadRequest",
+                f'previous terminated container "{container}" in pod "{pod_name}" not found',
+            )
+        instance = instances[1]
+    else:
+        if not instances:
+            reason = worker.waiting.get(container, ("ContainerCreating", ""))[0]
+            return status(
+                400,
+                "BadRequest",
+                f'container "{container}" in pod "{pod_name}" is waiting to start: {reason}',
+            )
+        instance = instances[0]
+    try:
+        options = log_options(request)
+    except ValueError as exc:
+        return status(400, "BadRequest", f"invalid log options: {exc}")
+    path = Path(instance.log_path)
+    response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+    await response.prepare(request)
+    current_id = instance.id
+
+    def running() -> bool:
+        newest = agent.pleg.pod(worker.uid).of(container)
+        return bool(newest) and newest[0].id == current_id and newest[0].running
+
+    with contextlib.suppress(ConnectionError):
+        async for chunk in logs.read(
+            path, options, running=running if options.follow and not previous else (lambda: False)
+        ):
+            await response.write(chunk)
+    with contextlib.suppress(ConnectionError):
+        await response.write_eof()
+    return response
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def application(agent: agent_mod.Agent) -> web.Application:
+    app = web.Application()
+    app[AGENT] = agent
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
+    return app
+
+
+async def serve(agent: agent_mod.Agent, socket_path: str) -> web.AppRunner:
+    runner = web.AppRunner(application(agent), access_log=None, handle_signals=False)
+    await runner.setup()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(socket_path)
+    site = web.UnixSite(runner, socket_path)
+    await site.start()
+    os.chmod(socket_path, 0o600)
+    return runner
