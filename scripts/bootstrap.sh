@@ -134,7 +134,17 @@ build_node() {
     "$VENV/bin/python" -m socialweb_computer.node.build
 }
 
+# Each sandbox node mounts a tmpfs of its own on /var/lib/cni (containerd keeps libcni's cache
+# there and cannot be told otherwise); the mount point must exist on the host.
+ensure_cni_mount_point() {
+    if [[ ! -d /var/lib/cni ]]; then
+        log "creating /var/lib/cni (the mount point of sandbox nodes' CNI caches)"
+        mkdir -p /var/lib/cni
+    fi
+}
+
 install_apt_packages
+ensure_cni_mount_point
 ensure_venv
 bash "$REPO_ROOT/scripts/install-tools.sh"
 build_protobuf

@@ -54,9 +54,9 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_PARENT = "socialweb"
 START_TIMEOUT = 60.0
 STOP_GRACE = 20.0
-# containerd's CRI plugin keeps libcni's result cache here, a path it does not let us move.
+# containerd's CRI plugin keeps libcni's result cache here, a path it does not let us move: each
+# node mounts a tmpfs of its own on it, so the host must have the (empty) mount point.
 CNI_CACHE = Path("/var/lib/cni")
-_CREATED_MARK = ".created-by-socialweb-sandbox"
 
 
 class SandboxBidder:
@@ -85,7 +85,6 @@ class SandboxBidder:
         directory = base.nodes_dir(self.state_dir) / name
         async with self._lock:
             directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            ensure_cni_cache_dir(self.state_dir)
             try:
                 directory.mkdir(mode=0o700)
             except FileExistsError:
@@ -196,8 +195,6 @@ class SandboxBidder:
             _kill_leftovers(handle)
         remove_cgroups(f"{CGROUP_PARENT}/{name}")
         shutil.rmtree(directory, ignore_errors=True)
-        if not self.nodes():
-            release_cni_cache_dir(self.state_dir)
 
     async def reap(self) -> list[str]:
         """Stops what is left of nodes whose supervisor is gone (a host restart, a kill -9)."""
@@ -329,22 +326,6 @@ def remove_cgroups(relative: str) -> None:
     for hierarchy in _hierarchies():
         with contextlib.suppress(OSError):
             (hierarchy / CGROUP_PARENT).rmdir()
-
-
-def ensure_cni_cache_dir(state_dir: Path) -> None:
-    """The mount point the nodes' tmpfs for libcni's cache needs; created (and remembered) if missing."""
-    if not CNI_CACHE.exists():
-        CNI_CACHE.mkdir(parents=True)
-        (base.nodes_dir(state_dir) / _CREATED_MARK).touch()
-
-
-def release_cni_cache_dir(state_dir: Path) -> None:
-    """Removes the mount point again when we created it and no sandbox node needs it any more."""
-    mark = base.nodes_dir(state_dir) / _CREATED_MARK
-    if mark.exists():
-        with contextlib.suppress(OSError):
-            CNI_CACHE.rmdir()
-            mark.unlink()
 
 
 # ---------------------------------------------------------------- the supervisor process

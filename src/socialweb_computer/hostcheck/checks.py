@@ -78,8 +78,10 @@ CHECKS: tuple[Check, ...] = (
     *(Check(tool.check, tool.why, tool.fix, functools.partial(tools.run, tool)) for tool in tools.TOOLS),
     Check("cni-plugins",
           "A sandbox node wires its pods with the CNI bridge, host-local and portmap plugins (containerd "
-          "runs loopback itself). Required for role node; for role gateway it is optional.",
-          "install the CNI plugins (Debian: apt-get install containernetworking-plugins)",
+          "runs loopback itself), and mounts a tmpfs of its own on /var/lib/cni, where containerd keeps "
+          "libcni's cache. Required for role node; for role gateway it is optional.",
+          "install the CNI plugins (Debian: apt-get install containernetworking-plugins) and create the "
+          "mount point: mkdir -p /var/lib/cni (as root; scripts/bootstrap.sh does both)",
           noderuntime.cni_plugins),
     Check("cgroups",
           "A sandbox node's memory and CPU are cgroup limits on /socialweb/<node>, and its pods' limits "

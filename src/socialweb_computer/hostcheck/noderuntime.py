@@ -14,6 +14,7 @@ from socialweb_computer.hostcheck import context
 
 CNI_DIR = "/usr/lib/cni"
 CNI_PLUGINS = ("bridge", "host-local", "portmap", "loopback")
+CNI_CACHE = "/var/lib/cni"
 CGROUP_ROOT = "/sys/fs/cgroup"
 CAP_SYS_RESOURCE = 24
 
@@ -28,7 +29,9 @@ def cni_plugins(ctx: context.Context) -> context.Finding:
     missing = [p for p in CNI_PLUGINS if not os.access(Path(CNI_DIR) / p, os.X_OK)]
     if missing:
         return _optional(ctx, f"missing CNI plugins in {CNI_DIR}: {', '.join(missing)}")
-    return context.ok(f"{', '.join(CNI_PLUGINS)} in {CNI_DIR}")
+    if not Path(CNI_CACHE).is_dir():
+        return _optional(ctx, f"{CNI_CACHE} does not exist (the mount point of each node's CNI cache)")
+    return context.ok(f"{', '.join(CNI_PLUGINS)} in {CNI_DIR}; {CNI_CACHE} present")
 
 
 def cgroups(ctx: context.Context) -> context.Finding:

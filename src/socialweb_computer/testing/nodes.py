@@ -22,6 +22,7 @@ from socialweb_computer.bidders import base, sandbox
 from socialweb_computer.clusterprovider import layout
 from socialweb_computer.node import config as node_config
 
+_NODE_MOUNTS = ("/run/containerd", "/var/lib/cni", "/run/netns", "/var/run/netns", "/run/socialweb")
 # Programs only a node runs; any of them alive after a node stopped is a leak.
 NODE_PROGRAMS = (
     "containerd",
@@ -71,7 +72,10 @@ class HostSnapshot:
     @classmethod
     def take(cls, marker: str = "") -> HostSnapshot:
         with open("/proc/self/mountinfo") as f:
-            mounts = tuple(sorted(" ".join(line.split()[3:5]) for line in f))
+            # Only mounts a node could leave: under its state directory or on the node paths
+            # (other tests on this machine mount and unmount their own things meanwhile).
+            mounts = tuple(sorted(point for point in (line.split()[4] for line in f)
+                                  if (marker and marker in point) or point.startswith(_NODE_MOUNTS)))
         links = tuple(
             sorted(line.split(":")[1].strip().split("@")[0] for line in _lines(["ip", "-o", "link", "show"]))
         )
