@@ -351,15 +351,6 @@ def main() -> int:
             image = registry.push(images.busybox_image(), "bench/busybox:1")
             gateway.wait_phase("bench", "Ready", timeout=60)
             tenant = gateway.tenant_kubeconfig("bench")
-            gateway.kubectl_with(
-                tenant,
-                "create",
-                "clusterrolebinding",
-                "bench-nodes",
-                "--clusterrole=cluster-admin",
-                "--group=system:nodes",
-                check=False,
-            )
             with nodes.sandbox_node(gateway.state_dir, "bench", host_ports=[registry.port]) as handle:
                 credentials = server.read_kubeconfig(tenant)
                 client = rest.Client(

@@ -151,14 +151,6 @@ def node(
     registry: images.Registry,
     private_registry: images.Registry,
 ) -> Iterator[Any]:
-    # TEMPORARY until the Node authorizer lands on main: nodes may do what the node rules allow.
-    tenant.kubectl(
-        "create",
-        "clusterrolebinding",
-        "nodes-until-node-authorizer",
-        "--clusterrole=cluster-admin",
-        "--group=system:nodes",
-    )
     with nodes.sandbox_node(
         gateway.state_dir, "ci", host_ports=[registry.port, private_registry.port]
     ) as handle:

@@ -32,13 +32,6 @@ def quick_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[gateway_
         state, {"clusters": [{"name": "ci"}]}, timeout=60, env={"SOCIALWEB_NODE_MONITOR_GRACE_PERIOD": "6"}
     ) as gw:
         gw.wait_phase("ci", "Ready", timeout=60)
-        Tenant(gw, "ci").kubectl(
-            "create",
-            "clusterrolebinding",
-            "nodes-until-node-authorizer",
-            "--clusterrole=cluster-admin",
-            "--group=system:nodes",
-        )
         yield gw
 
 

@@ -78,7 +78,9 @@ class Services:
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
             "spec": {
-                "audiences": [audience] if audience else [],
+                # No audience in the volume, none in the request: the API's own (NodeRestriction
+                # refuses an audience the pod's volumes do not name).
+                **({"audiences": [audience]} if audience else {}),
                 "expirationSeconds": seconds,
                 "boundObjectRef": {
                     "kind": "Pod",
@@ -260,9 +262,11 @@ class PodWorker:
             record = await self.s.pleg.relist(self.uid)
             await self._run_containers(record, sandbox)
         record = await self.s.pleg.relist(self.uid)
-        await self._post(record)
         if self._phase(record) in ("Succeeded", "Failed"):
+            # Sidecars and the sandbox stop before the terminal phase is posted (as a kubelet does).
             await self._settle_finished(record)
+        else:
+            await self._post(record)
         return False
 
     def _grace(self) -> int:
