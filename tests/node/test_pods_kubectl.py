@@ -42,7 +42,8 @@ def test_a_busybox_pod_runs_prints_and_succeeds(tenant, ns, image) -> None:
         "--",
         "sh",
         "-c",
-        "echo hello from a pod; echo to stderr >&2",
+        # stdout and stderr are copied to the log separately (as upstream): a pause keeps their order.
+        "echo hello from a pod; sleep 0.2; echo to stderr >&2",
     )
     pod = tenant.wait_phase("hello", ns, ("Succeeded", "Failed"))
     assert pod["status"]["phase"] == "Succeeded"

@@ -104,12 +104,11 @@ class SandboxBidder:
     def _node_config(self, name: str, request: base.NodeRequest, directory: Path) -> node_config.NodeConfig:
         node_dir = node_config.NodeDir(directory)
         try:
-            credential_mod.mint_tenant_credential_for_cluster_as(
+            credential_mod.mint_node_credential_for_cluster(
                 state_dir=str(self.state_dir),
                 cluster=request.cluster,
                 server=request.server,
-                common_name=f"system:node:{name}",
-                organizations=["system:nodes"],
+                node=name,
                 out_dir=str(node_dir.credential),
             )
         except credential_mod.CredentialRefused as exc:
