@@ -120,9 +120,7 @@ class ClusterController:
                     or resource.FINALIZER not in meta.get("finalizers", [])
                     or not cluster.get("spec", {}).get("running", True)):
                 continue  # new, deleted, parked or foreign: the sync decides
-            tenant = tenants.TenantPlane(
-                record, self.state.cluster_pki(name), self.backend, self.spec.address, self.queue.add
-            )
+            tenant = self._tenant_plane(record)
             try:
                 await tenant.listen()
             except OSError:
@@ -288,10 +286,7 @@ class ClusterController:
                     "gateway retries",
                 ) from None
             self._ports[name] = port
-        tenant = tenants.TenantPlane(
-            record, self.state.cluster_pki(name), self.backend, self.spec.address, self.queue.add,
-            bidders_base.NodeDirectory(Path(self.state.root), name),
-        )
+        tenant = self._tenant_plane(record)
         try:
             await tenant.start()
         except OSError as e:
@@ -306,6 +301,12 @@ class ClusterController:
                 "ListenFailed", f"cannot listen on {record.url}: {e.strerror or e}"
             ) from None
         return tenant
+
+    def _tenant_plane(self, record: layout.ClusterRecord) -> tenants.TenantPlane:
+        return tenants.TenantPlane(
+            record, self.state.cluster_pki(record.name), self.backend, self.spec.address, self.queue.add,
+            bidders_base.NodeDirectory(Path(self.state.root), record.name),
+        )
 
     def _allocate_port(self, name: str) -> int:
         taken = set(self._ports.values()) | self._reserved
