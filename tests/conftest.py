@@ -43,11 +43,15 @@ def _require_tools() -> None:
 
 
 def _finish(server: testing.ApiServerProcess, what: str) -> None:
-    """Stop the server; a server that died during the test fails it with its logs."""
+    """Stop the server; a server that died during the test, or logged a traceback, fails it."""
     died = server.returncode
     server.stop()
     if died is not None:
         pytest.fail(f"{what} exited with {died} during the test\n{server.logs()}", pytrace=False)
+    tracebacks = testing.logged_tracebacks(server)
+    if tracebacks:
+        pytest.fail(f"{what} logged {len(tracebacks)} traceback(s); the first:\n{tracebacks[0]}",
+                    pytrace=False)
 
 
 @pytest.fixture

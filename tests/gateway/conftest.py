@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from socialweb_computer import testing
 from socialweb_computer.testing import gateway as gateway_mod
 
 
@@ -23,3 +24,8 @@ def start_gateway(tmp_path: Path) -> Iterator[object]:
     yield start
     for gateway in started:
         gateway.stop()
+    for gateway in started:
+        tracebacks = testing.logged_tracebacks(gateway)
+        if tracebacks:
+            pytest.fail(f"the gateway logged {len(tracebacks)} traceback(s); the first:\n{tracebacks[0]}",
+                        pytrace=False)

@@ -82,7 +82,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
                 retry_after=1,
             )
         )
-    except (ConnectionResetError, ConnectionError):
+    except ConnectionError as e:
+        # The client went away (a watch or stream closed early): ordinary, not an error.
+        log.debug("client closed the connection during %s %s: %s", request.method, request.path, e)
         raise
     except Exception:
         log.exception("unhandled error serving %s %s", request.method, request.path)

@@ -500,6 +500,9 @@ async def _watch(request: web.Request, kind: kinds.KindInfo, namespace: str) -> 
             await response.write(_error_line(expired))
         else:
             await _stream(response, stream, timeout=timeout, bookmarks=bookmarks)
+    except ConnectionError as e:
+        # The client closed its watch (kubectl get -w ended, an informer re-listing): ordinary.
+        log.debug("watch of %s closed by the client: %s", kind.plural, e)
     finally:
         if stream is not None:
             stream.close()

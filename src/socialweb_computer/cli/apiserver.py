@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import logging
 import os
 import signal
-import sys
 
+from socialweb_computer import logs
 from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn
@@ -41,7 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="revisions of watch history kept before compaction (default: %(default)s)")
     p.add_argument("--compact-interval", type=float, default=sqlite.DEFAULT_COMPACT_INTERVAL,
                    help="seconds between compactions, 0 disables (default: %(default)s)")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-level", default="INFO", choices=logs.LEVELS)
+    p.add_argument("--log-format", default="text", choices=logs.FORMATS,
+                   help="text (one line per event) or json (one object per line)")
     p.set_defaults(run=run)
 
 
@@ -86,8 +87,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level, args.log_format)
     from socialweb_computer.cli.main import CommandError
 
     try:

@@ -11,16 +11,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import logging
 import os
 import signal
-import sys
 
+from socialweb_computer import logs
 from socialweb_computer.gateway import runtime
 from socialweb_computer.gateway import spec as spec_mod
 
 STATE_DIR_ENV = "SOCIALWEB_GATEWAY_STATE_DIR"
 SPEC_ENV = "SOCIALWEB_GATEWAY_SPEC"
+LOG_LEVEL_ENV = "SOCIALWEB_LOG_LEVEL"
+LOG_FORMAT_ENV = "SOCIALWEB_LOG_FORMAT"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -46,8 +47,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument(
         "--log-level",
-        default=os.environ.get("SOCIALWEB_LOG_LEVEL", "INFO"),
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        default=os.environ.get(LOG_LEVEL_ENV) or None,
+        choices=logs.LEVELS,
+        help=f"DEBUG, INFO, WARNING or ERROR (or ${LOG_LEVEL_ENV}, or the spec's logging.level; "
+        "default INFO)",
+    )
+    p.add_argument(
+        "--log-format",
+        default=os.environ.get(LOG_FORMAT_ENV) or None,
+        choices=logs.FORMATS,
+        help=f"text (one line per event) or json (one object per line, for journald/Loki) (or "
+        f"${LOG_FORMAT_ENV}, or the spec's logging.format; default text)",
     )
     p.set_defaults(run=run)
 
@@ -55,9 +65,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from socialweb_computer.cli.main import CommandError
 
-    logging.basicConfig(
-        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     if not args.state_dir:
         raise CommandError(
             f"no state directory: pass --state-dir DIR (or set ${STATE_DIR_ENV}); it holds the "
@@ -67,6 +74,13 @@ def run(args: argparse.Namespace) -> int:
         spec = spec_mod.load(args.spec)
     except spec_mod.SpecError as e:
         raise CommandError(str(e)) from None
+    level = args.log_level or spec.log_level or "INFO"
+    fmt = args.log_format or spec.log_format or "text"
+    if level not in logs.LEVELS or fmt not in logs.FORMATS:  # from the environment: argparse did not check
+        raise CommandError(
+            f"${LOG_LEVEL_ENV}={level!r} / ${LOG_FORMAT_ENV}={fmt!r}: the level is one of "
+            f"{', '.join(logs.LEVELS)}, the format one of {', '.join(logs.FORMATS)}")
+    logs.configure(level, fmt)
     try:
         asyncio.run(_serve(runtime.Gateway(args.state_dir, spec)))
     except runtime.StartError as e:

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from socialweb_computer import logs
 from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.storage import sqlite
 
@@ -70,6 +71,8 @@ class GatewaySpec:
     compact_interval: float = DEFAULT_COMPACT_INTERVAL
     node_defaults: NodeDefaults = NodeDefaults()
     clusters: tuple[ClusterSpec, ...] = ()
+    log_level: str = ""  # "" = not set here (flag, environment or INFO decide)
+    log_format: str = ""  # "" = not set here (flag, environment or text decide)
 
 
 _NODE_FIELDS = {
@@ -78,7 +81,8 @@ _NODE_FIELDS = {
     "rootfsMiB": "rootfs_mib",
     "releaseAfterSeconds": "release_after_seconds",
 }
-_TOP_FIELDS = ("listen", "storage", "nodeDefaults", "clusters")
+_TOP_FIELDS = ("listen", "storage", "nodeDefaults", "clusters", "logging")
+_LOGGING_FIELDS = ("level", "format")
 _LISTEN_FIELDS = ("address", "apiPort", "adminPort", "clusterPorts")
 _STORAGE_FIELDS = ("historyLimit", "compactInterval")
 _CLUSTER_FIELDS = ("name", "running", "nodes")
@@ -107,6 +111,7 @@ def parse(document: Any, *, source: str = "spec") -> GatewaySpec:
     root = _mapping(document, source, _TOP_FIELDS)
     listen = _mapping(root.get("listen", {}), f"{source}: listen", _LISTEN_FIELDS)
     storage = _mapping(root.get("storage", {}), f"{source}: storage", _STORAGE_FIELDS)
+    logging = _mapping(root.get("logging", {}), f"{source}: logging", _LOGGING_FIELDS)
     address = str(listen.get("address", DEFAULT_ADDRESS))
     try:
         app_mod.require_loopback(address)
@@ -125,8 +130,18 @@ def parse(document: Any, *, source: str = "spec") -> GatewaySpec:
         ),
         node_defaults=_node_defaults(root.get("nodeDefaults", {}), f"{source}: nodeDefaults"),
         clusters=_clusters(root.get("clusters", []), f"{source}: clusters"),
+        log_level=_choice(logging.get("level", ""), f"{source}: logging.level", logs.LEVELS),
+        log_format=_choice(logging.get("format", ""), f"{source}: logging.format", logs.FORMATS),
     )
     return spec
+
+
+def _choice(value: Any, where: str, allowed: tuple[str, ...]) -> str:
+    if value == "":
+        return ""
+    if not isinstance(value, str) or value not in allowed:
+        raise SpecError(f"{where}: {value!r} is not one of {', '.join(allowed)}")
+    return value
 
 
 def _mapping(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:

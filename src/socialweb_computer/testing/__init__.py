@@ -19,6 +19,7 @@ from socialweb_computer.testing.server import (
     Credentials,
     ServerStartError,
     ToolMissingError,
+    logged_tracebacks,
     read_kubeconfig,
     tool_path,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "EtcdMissingError",
     "ServerStartError",
     "ToolMissingError",
+    "logged_tracebacks",
     "pki",
     "read_kubeconfig",
     "tool_path",

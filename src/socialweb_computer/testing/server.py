@@ -344,6 +344,19 @@ class ApiServerProcess:
         return client.ApiClient(configuration)
 
 
+def logged_tracebacks(server: ApiServerProcess) -> list[str]:
+    """The lines of the server's stderr log that carry a traceback (a logged exception).
+
+    The server logs one line per event, folding a traceback into its line, so each entry is
+    one whole event. Tests fail on any: an ordinary event (a client closing its watch) must
+    never be logged as one."""
+    try:
+        text = server.stderr_path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if "Traceback (most recent call last)" in line]
+
+
 def _text(data: str | bytes | None) -> str:
     if isinstance(data, bytes):
         return data.decode(errors="replace")
