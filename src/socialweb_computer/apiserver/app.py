@@ -1,6 +1,7 @@
 """Serving a logical cluster over HTTPS on loopback.
 
-`build_app()` wires the handlers behind four middlewares, outermost first: errors (every
+`build_app()` wires the handlers behind five middlewares, outermost first: metrics (every
+request counted and timed, see `metrics.py`), errors (every
 failure leaves as a `Status`, never a traceback), authentication (the peer certificate,
 verified against this listener's ClientCA, or else a ServiceAccount bearer token: 401 when
 what is presented does not verify, anonymous when nothing is), impersonation
@@ -22,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import handlers
+from socialweb_computer.apiserver import handlers, metrics
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import attributes, authn, identity, impersonation, policy, tokens
 from socialweb_computer.storage import base as storage
@@ -52,6 +53,20 @@ def require_loopback(host: str) -> None:
             "The tenant apiserver is reachable only from this host on purpose; publishing it is a "
             "deliberate trust-boundary change (an authenticated front), not a listen address."
         )
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    cluster = request.app[handlers.CLUSTER]
+    info = metrics.describe(request, cluster.registry)
+    started = cluster.metrics.begin(info)
+    code = 0  # no response was made (the client went away): upstream reports code "0" then
+    try:
+        response = await handler(request)
+        code = response.status
+        return response
+    finally:
+        cluster.metrics.end(info, started, code)
 
 
 @web.middleware
@@ -192,9 +207,10 @@ def build_app(
 
     `ready`, when given, is awaited by every authenticated request before anything reads the
     cluster: a listener may open before its cluster has started (a gateway restart)."""
-    middlewares = [error_middleware, authn_middleware, impersonation_middleware, authz_middleware]
+    middlewares = [metrics_middleware, error_middleware, authn_middleware, impersonation_middleware,
+                   authz_middleware]
     if ready is not None:
-        middlewares.insert(2, _ready_middleware(ready))
+        middlewares.insert(3, _ready_middleware(ready))  # once authenticated
     app = web.Application(middlewares=middlewares, client_max_size=handlers.MAX_BODY + 1)
     app[handlers.CLUSTER] = cluster
     app[AUTHENTICATOR] = authenticator

@@ -12,7 +12,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import admission, crds, defaultclass, namespaces, registry, store, streaming
+from socialweb_computer.apiserver import (
+    admission,
+    crds,
+    defaultclass,
+    metrics,
+    namespaces,
+    registry,
+    store,
+    streaming,
+)
 from socialweb_computer.apiserver.streaming import logs as streaming_logs
 from socialweb_computer.auth import certificates, pki, policy, serviceaccounts, tokens, tokensecrets
 from socialweb_computer.storage import base as storage
@@ -37,6 +46,7 @@ class LogicalCluster:
         self.name = name
         self.registry = registry.Registry()
         self.store = store.Store(name, backend, self.registry)
+        self.metrics = metrics.ApiserverMetrics()
         self.crds = crds.CrdController(self.store)
         self.auth = policy.ClusterPolicy(self.store)
         self.tokens = serviceaccounts.TokenService(self.store, keys or tokens.KeySet(None))

@@ -24,6 +24,7 @@ from socialweb_computer.apiserver import (
     health,
     kinds,
     limits,
+    metrics,
     openapi,
     printers,
     protobuf,
@@ -156,6 +157,7 @@ def root_paths(cluster: cluster_mod.LogicalCluster) -> dict[str, Any]:
         "/apis",
         "/healthz",
         "/livez",
+        "/metrics",
         "/openapi/v2",
         "/openapi/v3",
         "/readyz",
@@ -550,6 +552,21 @@ def _error_line(error: errors.StatusError) -> bytes:
     return orjson.dumps({"type": "ERROR", "object": error.to_status()}) + b"\n"
 
 
+# --------------------------------------------------------------------------- metrics
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    """Prometheus text format; RBAC already allowed `get` on the non-resource URL /metrics."""
+    if request.method not in ("GET", "HEAD"):
+        raise errors.method_not_allowed()
+    cluster = _cluster(request)
+    counts = await metrics.storage_objects(cluster.store)
+    body = metrics.exposition_text(list(cluster.metrics.collect(counts)))
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = metrics.CONTENT_TYPE
+    return response
+
+
 # --------------------------------------------------------------------------- entry
 
 
@@ -560,6 +577,8 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
     head = segments[0]
     if head in health.CHECKS:
         return await health.handle(request, _cluster(request).store.backend, segments)
+    if head == "metrics" and len(segments) == 1:
+        return await handle_metrics(request)
     if head == "version" and len(segments) == 1:
         return json_response(discovery.version_info())
     if head == "openapi":

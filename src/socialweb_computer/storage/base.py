@@ -13,10 +13,15 @@ to 410 Gone).
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
+
+# Seconds; the buckets of etcd's etcd_disk_backend_commit_duration_seconds (1 ms doubling to 8 s).
+COMMIT_BUCKETS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048,
+                  4.096, 8.192)
 
 
 class StorageError(Exception):
@@ -118,6 +123,54 @@ class Deleted:
     prev: KeyValue
 
 
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """A latency distribution: `counts[i]` observations at or below `buckets[i]` (cumulative),
+    the last entry of `counts` (one longer than `buckets`) being all of them."""
+
+    buckets: tuple[float, ...]
+    counts: tuple[int, ...]
+    sum: float
+
+    @property
+    def count(self) -> int:
+        return self.counts[-1]
+
+
+class LatencyRecorder:
+    """What a backend times its commits with: plain counters, read through `snapshot()`."""
+
+    __slots__ = ("_buckets", "_counts", "_sum")
+
+    def __init__(self, buckets: tuple[float, ...] = COMMIT_BUCKETS) -> None:
+        self._buckets = buckets
+        self._counts = [0] * (len(buckets) + 1)
+        self._sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self._counts[bisect.bisect_left(self._buckets, seconds)] += 1
+        self._sum += seconds
+
+    def snapshot(self) -> Latency:
+        running, cumulative = 0, []
+        for count in self._counts:
+            running += count
+            cumulative.append(running)
+        return Latency(self._buckets, tuple(cumulative), self._sum)
+
+
+@dataclass(frozen=True, slots=True)
+class Statistics:
+    """A snapshot of a backend's state, for metrics and `status` (cheap: no I/O to the store)."""
+
+    backend: str  # "sqlite", "etcd"
+    revision: int
+    compacted_revision: int
+    watches: int  # open watches, live or still replaying
+    size_bytes: int  # what the store occupies (file and WAL; etcd: the database size), -1 unknown
+    commits: Latency  # how long each write took to commit
+
+
 class Watch(Protocol):
     """An open watch. Iterate for events, or take them in batches; `close()` ends it (also
     ends the iteration)."""
@@ -176,6 +229,9 @@ class Backend(Protocol):
         """Why the store cannot take writes now (empty when it can), for the gateway's readiness:
         a full disk, say. Optional: `problems_of` takes a backend without it as having none."""
         ...
+
+    def statistics(self) -> Statistics:
+        """Revision, size and commit latency now; must not block (metrics scrape it)."""
 
     async def close(self) -> None: ...
 

@@ -489,6 +489,26 @@ async def check_compaction_keeps_replay_prev(b: base.Backend) -> None:
     w.close()
 
 
+async def check_statistics(b: base.Backend) -> None:
+    """statistics() follows the writes: revision, one commit timed per write, a size, watches."""
+    start = await b.current_revision()
+    before = b.statistics()
+    assert before.backend
+    await b.create("s/a", b"1")
+    await b.update("s/a", b"2", expected_revision=0)
+    await b.delete("s/a")
+    watch = await b.watch("s/", after_revision=start)
+    after = b.statistics()
+    watch.close()
+    assert start + 3 <= after.revision <= await b.current_revision()
+    assert after.commits.count == before.commits.count + 3
+    assert after.commits.sum >= before.commits.sum
+    assert list(after.commits.counts) == sorted(after.commits.counts)  # cumulative
+    assert len(after.commits.counts) == len(after.commits.buckets) + 1
+    assert after.size_bytes > 0
+    assert after.watches == before.watches + 1
+
+
 CHECKS: tuple[Check, ...] = (
     check_create_get,
     check_values_are_opaque_bytes,
@@ -512,6 +532,7 @@ CHECKS: tuple[Check, ...] = (
     check_compaction,
     check_compaction_to_head,
     check_compaction_keeps_replay_prev,
+    check_statistics,
 )
 
 

@@ -40,6 +40,7 @@ import dataclasses
 import ipaddress
 import logging
 import os
+import time
 import urllib.parse
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -65,6 +66,7 @@ DEFAULT_PREFIX = "/socialweb-computer"
 DEFAULT_REQUEST_TIMEOUT = 5.0  # seconds a request may spend retrying on other members (covers an election)
 DEFAULT_HISTORY_LIMIT = 10_000
 DEFAULT_COMPACT_INTERVAL = 300.0
+SIZE_REFRESH = 10.0  # seconds between reads of etcd's database size for statistics()
 DEFAULT_OWNER_TTL = 15  # seconds another process must wait after an owner vanishes without closing
 OWNER_KEY = "/.gateway/owner"  # store key of the ownership record (no cluster is named ".gateway")
 
@@ -158,13 +160,6 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-@dataclasses.dataclass(frozen=True)
-class Statistics:
-    revision: int  # the highest revision seen in a response
-    watches: int
-    member: str  # the member requests go to now
-
-
 class _Members:
     """One channel and set of stubs per etcd member. Requests go to the preferred member;
     one that fails makes the next member preferred (as etcd's own client pins one)."""
@@ -180,6 +175,7 @@ class _Members:
         self.kv = [pb.KVStub(c) for c in self.channels]
         self.watch = [pb.WatchStub(c) for c in self.channels]
         self.lease = [pb.LeaseStub(c) for c in self.channels]
+        self.maintenance = [pb.MaintenanceStub(c) for c in self.channels]
         self.preferred = 0
 
     def failed(self, index: int) -> None:
@@ -245,6 +241,12 @@ class EtcdBackend:
         self._compactor: asyncio.Task[None] | None = None
         self._owner: _Ownership | None = None
         self._closed = False
+        # statistics(): commits timed as the client sees them (the Txn round trip), and the
+        # database size from the preferred member's Status, refreshed in the background.
+        self._commits = base.LatencyRecorder()
+        self._size_bytes = -1
+        self._size_task: asyncio.Task[None] | None = None
+        self._size_read_at = 0.0
 
     @classmethod
     async def open(
@@ -271,6 +273,7 @@ class EtcdBackend:
         )
         try:
             await backend.current_revision()
+            await backend._refresh_size()
         except base.UnavailableError as e:
             await backend.close()
             raise base.UnavailableError(
@@ -360,10 +363,13 @@ class EtcdBackend:
             raise await self._translate(e, revision) from None
 
     async def _txn(self, what: str, txn: Any) -> Any:
+        started = time.perf_counter()
         try:
-            return await self._call(what, lambda i: self._members.kv[i].Txn, txn, write=True)
+            response = await self._call(what, lambda i: self._members.kv[i].Txn, txn, write=True)
         except grpc.aio.AioRpcError as e:
             raise await self._translate(e, 0) from None
+        self._commits.observe(time.perf_counter() - started)
+        return response
 
     async def _translate(self, error: grpc.aio.AioRpcError, revision: int) -> base.StorageError:
         details = error.details() or ""
@@ -438,9 +444,33 @@ class EtcdBackend:
             raise await self._translate(e, revision) from None
         return True
 
-    def statistics(self) -> Statistics:
-        return Statistics(self._seen_revision, len(self._watches),
-                          self._members.endpoints[self._members.preferred].url)
+    def statistics(self) -> base.Statistics:
+        """The size is the one last read (at most SIZE_REFRESH seconds old when scraped regularly);
+        reading it again happens in the background, so this never waits for etcd."""
+        loop = asyncio.get_running_loop()
+        if (self._size_task is None or self._size_task.done()) and not self._closed \
+                and loop.time() - self._size_read_at > SIZE_REFRESH:
+            self._size_task = loop.create_task(self._refresh_size_quietly(), name="etcd-status")
+        return base.Statistics(
+            backend="etcd",
+            revision=self._seen_revision,
+            compacted_revision=self._compacted_floor,
+            watches=len(self._watches),
+            size_bytes=self._size_bytes,
+            commits=self._commits.snapshot(),
+        )
+
+    async def _refresh_size(self) -> None:
+        self._size_read_at = asyncio.get_running_loop().time()
+        response = await self._call("status", lambda i: self._members.maintenance[i].Status,
+                                    pb.StatusRequest())
+        self._size_bytes = int(response.dbSize)
+
+    async def _refresh_size_quietly(self) -> None:
+        try:
+            await self._refresh_size()
+        except (base.StorageError, grpc.aio.AioRpcError) as e:
+            log.debug("etcd status for statistics failed: %s", e)
 
     # -- writes -------------------------------------------------------------------------
 
@@ -618,10 +648,11 @@ class EtcdBackend:
     async def close(self) -> None:
         if self._closed:
             return
-        if self._compactor is not None:
-            self._compactor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._compactor
+        for task in (self._compactor, self._size_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for watch in list(self._watches):
             watch.close()
         if self._owner is not None:

@@ -22,9 +22,9 @@ import logging
 import os
 import shutil
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from dataclasses import dataclass
 from types import TracebackType
 
 from socialweb_computer.storage import base
@@ -125,13 +125,6 @@ class WatchOverflowError(base.StorageError):
         self.limit = limit
 
 
-@dataclass(frozen=True, slots=True)
-class Statistics:
-    revision: int
-    compacted_revision: int
-    watches: int  # open watches, live or still replaying
-
-
 def prefix_range(prefix: str, column: str = "name", start_after: str = "") -> tuple[str, tuple[str, ...]]:
     """An SQL range condition for names under `prefix`, past `start_after` if that is later.
 
@@ -189,6 +182,7 @@ class SqliteBackend:
         self._watches: set[_Watch] = set()
         self._counts: dict[str, int] = {}  # live keys under a prefix at the head, see `count`
         self._sweep_lock = asyncio.Lock()
+        self._commits = base.LatencyRecorder()
         self._compactor: asyncio.Task[None] | None = None
         self._checkpointer: _Checkpointer | None = None
         self._closed = False
@@ -296,8 +290,25 @@ class SqliteBackend:
     async def compacted_revision(self) -> int:
         return self._compacted
 
-    def statistics(self) -> Statistics:
-        return Statistics(revision=self._rev, compacted_revision=self._compacted, watches=len(self._watches))
+    def statistics(self) -> base.Statistics:
+        return base.Statistics(
+            backend="sqlite",
+            revision=self._rev,
+            compacted_revision=self._compacted,
+            watches=len(self._watches),
+            size_bytes=self._size_bytes(),
+            commits=self._commits.snapshot(),
+        )
+
+    def _size_bytes(self) -> int:
+        if self.path in ("", ":memory:"):
+            pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+            return int(pages) * int(self._db.execute("PRAGMA page_size").fetchone()[0])
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.stat(self.path + suffix).st_size
+        return total
 
     def _readable(self, revision: int) -> int:
         """`revision` if history there is still kept (reads at the compacted revision itself work)."""
@@ -359,12 +370,14 @@ class SqliteBackend:
         # The insert autocommits; the revision counter moves only once it has.
         if self._full and not deleting and not self._room_again():
             raise base.StorageFullError(FULL_PROBLEM)
+        started = time.perf_counter()
         try:
             with _storage_errors():
                 self._db.execute(_APPEND_SQL, row)
         except base.StorageFullError:
             self._became_full()
             raise
+        self._commits.observe(time.perf_counter() - started)
         self._rev = row[0]
 
     # -- a full disk ------------------------------------------------------------------------
