@@ -28,10 +28,11 @@ cd "$REPO_ROOT"
 #   busybox-static, skopeo          the images the node tests build, and their push to a registry
 #   docker-registry, apache2-utils  the registries on loopback the node tests pull from (htpasswd)
 #   nftables, iproute2              what the node tests read to prove nothing was left on the host
+#   chromium, chromium-driver       headless Chromium and its WebDriver for the dashboard's tests
 APT_PACKAGES=(openssl curl ca-certificates containerd runc containernetworking-plugins tini slirp4netns iptables
               e2fsprogs gcc libc6-dev)
 TEST_APT_PACKAGES=(binutils openssh-server systemd busybox-static skopeo docker-registry apache2-utils
-                   nftables iproute2)
+                   nftables iproute2 chromium chromium-driver)
 if [[ "${1:-}" == "--test" ]]; then
     APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 fi

@@ -14,11 +14,12 @@ from socialweb_computer.cli import (
     install,
     internal,
     node,
+    status,
     upgrade,
     version,
 )
 
-COMMANDS = (apiserver, version, gateway, node, internal, credential, checkhost, install, upgrade)
+COMMANDS = (apiserver, version, gateway, status, node, internal, credential, checkhost, install, upgrade)
 
 
 class CommandError(Exception):

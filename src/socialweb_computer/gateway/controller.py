@@ -29,7 +29,7 @@ from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.bidders import base as bidders_base
 from socialweb_computer.clusterprovider import layout
 from socialweb_computer.controllers import framework
-from socialweb_computer.gateway import resource, tenants
+from socialweb_computer.gateway import observer, resource, tenants
 from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.storage import base as storage
 
@@ -65,6 +65,8 @@ class ClusterController:
         backend: storage.Backend,
         spec: spec_mod.GatewaySpec,
         reserved_ports: set[int],
+        changes: observer.Changes | None = None,
+        events: observer.EventLog | None = None,
     ) -> None:
         self.admin = admin
         self.kind = kind
@@ -72,6 +74,8 @@ class ClusterController:
         self.backend = backend
         self.spec = spec
         self.tenants: dict[str, tenants.TenantPlane] = {}
+        self.changes = changes or observer.Changes()
+        self.events = events or observer.EventLog(self.changes)
         self.queue = framework.WorkQueue(framework.Clock())
         self._reserved = reserved_ports  # the gateway's own ports
         self._ports = {
@@ -306,6 +310,7 @@ class ClusterController:
         return tenants.TenantPlane(
             record, self.state.cluster_pki(record.name), self.backend, self.spec.address, self.queue.add,
             bidders_base.NodeDirectory(Path(self.state.root), record.name),
+            observer.TenantView(record.name, self.changes, self.events),
         )
 
     def _allocate_port(self, name: str) -> int:

@@ -3,7 +3,7 @@
     state.db  ──  one SQLite store shared by every logical cluster (key prefix per cluster)
     admin plane (logical cluster `system:admin`, port listen.adminPort): the Cluster resource
     tenant planes (one per Cluster, port from listen.clusterPorts): see controller.py
-    HTTP API (listen.apiPort): /api/config, /healthz, /readyz
+    HTTP API (listen.apiPort): /api/config, /api/overview, /metrics, the dashboard, /healthz, /readyz
 
 `Gateway.start()` brings these up in that order and writes `gateway.json` last, so a
 gateway.json naming this process means everything it names is listening. `close()` stops
@@ -27,11 +27,14 @@ from socialweb_computer import __version__
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.apiserver import kinds, store
+from socialweb_computer.apiserver import metrics as apiserver_metrics
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn, pki
 from socialweb_computer.clusterprovider import layout
-from socialweb_computer.gateway import controller, httpapi, resource
+from socialweb_computer.gateway import capacityview, controller, httpapi, observer, overview, resource
+from socialweb_computer.gateway import metrics as gateway_metrics
 from socialweb_computer.gateway import spec as spec_mod
+from socialweb_computer.storage import base as storage
 from socialweb_computer.storage import sqlite
 
 log = logging.getLogger(__name__)
@@ -70,6 +73,10 @@ class Gateway:
         self._kind: kinds.KindInfo | None = None
         self._controller: controller.ClusterController | None = None
         self._runners: list[web.AppRunner] = []
+        self.changes = observer.Changes()
+        self.events = observer.EventLog(self.changes)
+        self._capacity: capacityview.CapacityProvider | None = None
+        self._process_collectors = gateway_metrics.process_collectors()
 
     async def start(self) -> None:
         os.makedirs(self.state.root, mode=0o700, exist_ok=True)
@@ -86,6 +93,7 @@ class Gateway:
                                      root_ca_pem=plane.serving_ca_pem())
         await self._admin.start()
         self._kind = await resource.ensure_definition(self._admin.store)
+        self._admin.store.after_write.append(self._on_admin_write)
         admin_port = await self._serve_admin_plane()
         self._controller = controller.ClusterController(
             self._admin,
@@ -94,16 +102,19 @@ class Gateway:
             self._backend,
             self.spec,
             reserved_ports={admin_port, self.spec.api_port},
+            changes=self.changes,
+            events=self.events,
         )
         await self._controller.start()
         await self._ensure_spec_clusters()
-        api = httpapi.build_app(self.config, self.pending)
+        api = httpapi.build_app(self)
         with _listening("HTTP API", "listen.apiPort", self.spec.address, self.spec.api_port):
             runner, api_port = await httpapi.serve(api, host=self.spec.address, port=self.spec.api_port)
         self._runners.append(runner)
         self.api_url = f"http://{app_mod.url_host(self.spec.address)}:{api_port}"
         self.started_at = resource.now()
         pki.write_public(self.state.gateway_json, orjson.dumps(self.summary(), option=orjson.OPT_INDENT_2))
+        log.info("gateway started: admin plane %s, HTTP API %s", self.admin_url, self.api_url)
 
     async def close(self) -> None:
         for runner in reversed(self._runners):
@@ -206,6 +217,48 @@ class Gateway:
                 }
             )
         return rows
+
+    # ------------------------------------------------------------------ the operator's view
+
+    def register_capacity(self, provider: capacityview.CapacityProvider | None) -> None:
+        """The capacity controller registers what it shows (capacityview.py); None unregisters."""
+        self._capacity = provider
+        self.changes.bump()
+
+    def _on_admin_write(self, kind: kinds.KindInfo, event: str, new: object, old: object) -> None:
+        if kind.group == resource.GROUP and kind.plural == resource.PLURAL:
+            self.changes.bump()
+
+    def _views(self) -> dict[str, observer.TenantView]:
+        if self._controller is None:
+            return {}
+        return {name: tenant.view for name, tenant in self._controller.tenants.items()}
+
+    def _store_statistics(self) -> storage.Statistics | None:
+        return self._backend.statistics() if self._backend is not None else None
+
+    async def overview(self) -> dict[str, Any]:
+        """The /api/overview document (overview.py): what the dashboard and `status` show."""
+        return overview.build(
+            gateway={"version": __version__, "apiURL": self.api_url, "adminServer": self.admin_url,
+                     "startedAt": self.started_at, "ready": not self.pending()},
+            clusters=await self.clusters(),
+            views=self._views(),
+            events=self.events,
+            store=self._store_statistics(),
+            capacity=self._capacity,
+        )
+
+    async def metrics(self) -> bytes:
+        """The host's /metrics (gateway/metrics.py), in the Prometheus text format."""
+        families = [family for collector in self._process_collectors for family in collector.collect()]
+        families.extend(gateway_metrics.collect(
+            clusters=await self.clusters(),
+            views=self._views(),
+            store=self._store_statistics(),
+            capacity=self._capacity,
+        ))
+        return apiserver_metrics.exposition_text(families)
 
     def pending(self) -> list[str]:
         if self._controller is None:

@@ -21,6 +21,7 @@ from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn
 from socialweb_computer.clusterprovider import layout
 from socialweb_computer.controllers import endpoints
+from socialweb_computer.gateway import observer
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,12 @@ class TenantPlane:
         address: str,
         on_nodes_changed: Callable[[str], None],
         node_dialer: streaming.NodeDialer | None = None,
+        view: observer.TenantView | None = None,
     ) -> None:
         self.record = record
+        # What the operator's view knows of this tenant (observer.py), once its control plane loaded.
+        self.view = view if view is not None else observer.TenantView(
+            record.name, observer.Changes(), observer.EventLog(observer.Changes()))
         self.cluster = LogicalCluster(record.name, backend, keys=plane.token_keys(),
                                       root_ca_pem=plane.serving_ca_pem(),
                                       client_ca=(plane.client_ca, plane.client_ca_key))
@@ -90,6 +95,7 @@ class TenantPlane:
 
     async def _load(self) -> None:
         await self.cluster.start()
+        await self.view.attach(self.cluster.store)
         # default/kubernetes points at this listener, as kube-apiserver's endpoint reconciler does.
         await endpoints.publish_apiserver(self.cluster.store, app_mod.loopback_ip(self._address),
                                           self.record.port)

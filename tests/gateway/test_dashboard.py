@@ -1,0 +1,121 @@
+"""The dashboard at the HTTP API's `/`, in headless Chromium, against a real gateway.
+
+Two clusters, a node (fake kubelet, labelled by a bidder), a running and a pending pod:
+the page must show each, say honestly that no capacity controller runs, show no
+credential, and show a cluster created afterwards without a reload. Screenshots are kept
+under the test's tmp dir (the path is printed).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from socialweb_computer.testing import browser as browser_mod
+from socialweb_computer.testing import fakenodes
+
+HUGE = '{"spec":{"containers":[{"name":"huge","image":"busybox","resources":{"requests":{"cpu":"999"}}}]}}'
+CLUSTER = "apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: fresh}\n"
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def table_text(browser, table_id: str) -> str:
+    return browser.find_element("id", table_id).text
+
+
+def secrets_of(state_dir: Path) -> list[str]:
+    """Lines of every private key and kubeconfig credential in the state directory."""
+    found = []
+    for path in state_dir.rglob("*"):
+        if path.is_file() and (path.suffix == ".key" or path.name.endswith("kubeconfig")):
+            for line in path.read_text(errors="replace").splitlines():
+                line = line.strip()
+                secretish = "data" in line or path.suffix == ".key"
+                if len(line) >= 40 and not line.startswith("-----") and secretish:
+                    found.append(line.split(":")[-1].strip()[:40])
+    return found
+
+
+def test_dashboard_in_chromium(start_gateway, tmp_path: Path) -> None:
+    gw = start_gateway({"clusters": [{"name": "ci"}, {"name": "dev"}]})
+    gw.wait_phase("ci", "Ready")
+    gw.wait_phase("dev", "Ready")
+    tenant = gw.tenant_kubeconfig("ci")
+    with fakenodes.ThreadedFakeNodes(tenant, 1):
+        gw.kubectl_with(tenant, "label", "node", "fake-node-0", "socialweb.computer/bidder=sandbox")
+        gw.kubectl_with(tenant, "run", "small", "--image=busybox")
+        gw.kubectl_with(tenant, "run", "huge", "--image=busybox", "--overrides", HUGE)
+        with browser_mod.headless_chromium(tmp_path) as browser:
+            browser.get(f"{gw.api_url}/")
+            wait_for("the pending pod", lambda: "default/huge" in table_text(browser, "pending"))
+            wait_for("the running pod on its node", lambda: "default/small" in table_text(browser, "nodes"))
+            shot = tmp_path / "dashboard.png"
+            browser.save_screenshot(str(shot))
+            print(f"dashboard screenshot: {shot}")
+
+            clusters = table_text(browser, "clusters")
+            for name in ("ci", "dev"):
+                assert f"{name} Ready https://127.0.0.1:" in clusters
+            assert "1 Pending, 1 Running" in clusters
+            nodes = table_text(browser, "nodes")
+            assert "fake-node-0" in nodes and "sandbox" in nodes and "True" in nodes
+            assert "32 CPU, 128Gi" in nodes
+            pending = table_text(browser, "pending")
+            assert "Insufficient cpu" in pending  # the scheduler's message: why it waits
+            assert "no capacity controller" in browser.find_element("id", "capacity").text
+            events = table_text(browser, "events")
+            assert "FailedScheduling" in events and "Scheduled" in events
+            wait_for("the live stream", lambda: browser.find_element("id", "live").text == "live")
+
+            page = browser.page_source
+            assert "kubeconfig" not in page.lower() and "PRIVATE KEY" not in page
+            for secret in secrets_of(gw.state_dir):
+                assert secret not in page
+
+            # A change appears without a reload: the marker set on this page load survives.
+            browser.execute_script("window.__sameLoad = 'yes';")
+            gw.kubectl("apply", "-f", "-", input=CLUSTER)
+            wait_for("the new cluster, live", lambda: "fresh Ready" in table_text(browser, "clusters"))
+            assert browser.execute_script("return window.__sameLoad") == "yes"
+            shot = tmp_path / "dashboard-after-create.png"
+            browser.save_screenshot(str(shot))
+            print(f"dashboard screenshot: {shot}")
+            # Everything the page loaded came from the gateway itself.
+            origins = browser.execute_script(
+                "return performance.getEntriesByType('resource').map(e => new URL(e.name).origin)")
+            assert set(origins) <= {gw.api_url}
+
+
+def test_overview_and_status_agree(start_gateway, tmp_path: Path) -> None:
+    import subprocess
+
+    from socialweb_computer.testing import gateway as gateway_mod
+
+    gw = start_gateway({"clusters": [{"name": "ci"}]})
+    gw.wait_phase("ci", "Ready")
+    with urllib.request.urlopen(f"{gw.api_url}/api/overview", timeout=10) as response:
+        overview = json.loads(response.read())
+    assert [c["name"] for c in overview["clusters"]] == ["ci"]
+    assert overview["capacity"] is None and overview["store"]["backend"] == "sqlite"
+    status = subprocess.run(
+        [*gateway_mod.DEFAULT_COMMAND, "status", "--state-dir", str(gw.state_dir), "-o", "json"],
+        capture_output=True, text=True, timeout=30, check=True)
+    document = json.loads(status.stdout)
+    assert [(c["name"], c["phase"], c["url"]) for c in document["clusters"]] == [
+        (c["name"], c["phase"], c["url"]) for c in overview["clusters"]]
+    text = subprocess.run([*gateway_mod.DEFAULT_COMMAND, "status", "--api", gw.api_url],
+                          capture_output=True, text=True, timeout=30, check=True).stdout
+    assert "CLUSTERS" in text and "no capacity controller" in text
+    assert f"ci     Ready   {overview['clusters'][0]['url']}" in text
+    refused = subprocess.run([*gateway_mod.DEFAULT_COMMAND, "status", "--state-dir", str(tmp_path / "none")],
+                             capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 1 and "gateway.json" in refused.stderr and "Traceback" not in refused.stderr
