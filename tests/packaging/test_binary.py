@@ -126,9 +126,10 @@ def test_bundle_holds_runtime_data_and_no_test_extras(binary: Path) -> None:
     assert "socialweb_computer/apiserver/protobuf/generated/fields.json" in data
     assert "kubernetes_validate/kubernetes-json-schema/v1.37.0-local/_definitions.json" in data
     assert "socialweb_computer/_build.json" in data
+    assert "socialweb_computer/gateway/dashboard/index.html" in data
     packages = {name.split(".")[0] for kind, name in entries if kind == "PYMODULE"}
-    assert {"socialweb_computer", "aiohttp", "cryptography"} <= packages
-    assert not packages & {"pytest", "_pytest", "kubernetes", "pydantic", "requests"}
+    assert {"socialweb_computer", "aiohttp", "cryptography", "prometheus_client"} <= packages
+    assert not packages & {"pytest", "_pytest", "kubernetes", "pydantic", "requests", "selenium"}
 
 
 def test_version_from_outside_the_source_tree(binary: Path, built_from: str | None,

@@ -17,9 +17,10 @@ copying `.proto` files or typing tables into the repository, this step:
 
 It is idempotent: when the table exists and was made by the same builder from the
 same inputs, it returns at once without touching the network; downloaded `.deb`
-files are cached (default `.tools/cache/k8s-protobuf` in the repository) so a
-rebuild after a code change needs no network either. `--force` rebuilds from the
-cached packages, `--refresh` downloads them again.
+files are cached (default `.tools/cache/k8s-protobuf` in the repository, or
+$SOCIALWEB_PROTOBUF_CACHE) so a rebuild after a code change needs no network either.
+`--force` rebuilds from the cached packages, `--refresh` downloads them again. Building a
+wheel runs this step too (setup.py), so an installed wheel carries the table.
 
 Debian trixie carries 0.32.x of these libraries, i.e. the Kubernetes 1.32 API:
 fields added in 1.33 and later are not in the table; the decoder reports them
@@ -43,6 +44,7 @@ from socialweb_computer.apiserver.protobuf import gotypes, protofile
 PACKAGES = ("golang-k8s-api-dev", "golang-k8s-apimachinery-dev")
 DEFAULT_SUITE = "trixie"
 FORMAT = 1
+CACHE_ENV = "SOCIALWEB_PROTOBUF_CACHE"  # where the downloaded .deb files are kept, if set
 
 HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "generated" / "fields.json"
@@ -66,6 +68,8 @@ def repo_root() -> Path | None:
 
 
 def default_cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
     root = repo_root()
     if root is not None:
         return root / ".tools" / "cache" / "k8s-protobuf"
