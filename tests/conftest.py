@@ -11,6 +11,9 @@ Fixtures:
   shared_apiserver  session scope, one server for read-mostly tests; each test must keep to its
                     own namespace, see `namespace`
   namespace         a fresh namespace on shared_apiserver, unique per test
+  storage           which store those servers use: "sqlite", or "etcd" (a real etcd member on
+                    loopback, `etcd_server`, one key prefix per server). $SOCIALWEB_TEST_STORAGE
+                    sets it for every test; a module marked `both_storages` runs on both.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ import pytest
 from socialweb_computer import testing
 from socialweb_computer.testing import server as server_module
 
+STORAGE_ENV = "SOCIALWEB_TEST_STORAGE"
+STORAGES = ("sqlite", "etcd")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # Tests that shell out to plain `kubectl`/`helm` must get the pinned ones, never /usr/bin's.
@@ -33,6 +39,40 @@ def pytest_configure(config: pytest.Config) -> None:
     path = os.environ.get("PATH", "").split(os.pathsep)
     if not path or path[0] != tools_bin:
         os.environ["PATH"] = os.pathsep.join([tools_bin, *path])
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "storage" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_storages"):
+        metafunc.parametrize("storage", STORAGES, indirect=True, scope="session")
+
+
+def default_storage() -> str:
+    chosen = os.environ.get(STORAGE_ENV, "sqlite")
+    if chosen not in STORAGES:
+        raise pytest.UsageError(f"${STORAGE_ENV}={chosen!r}: use one of {', '.join(STORAGES)}")
+    return chosen
+
+
+@pytest.fixture(scope="session")
+def storage(request: pytest.FixtureRequest) -> str:
+    """The store test servers use (see the module docstring)."""
+    return str(getattr(request, "param", default_storage()))
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testing.EtcdCluster]:
+    """One etcd member for the session; nothing crashes it, so it may skip fsync."""
+    with testing.EtcdCluster.start(tmp_path_factory.mktemp("etcd"), fsync=False) as cluster:
+        yield cluster
+
+
+def store_args(storage: str, request: pytest.FixtureRequest) -> list[str]:
+    """`apiserver` arguments that put a new server on `storage` (its own etcd key prefix)."""
+    if storage != "etcd":
+        return []
+    cluster: testing.EtcdCluster = request.getfixturevalue("etcd_server")
+    prefix = f"/swc-test-{uuid.uuid4().hex[:12]}"
+    return ["--etcd-servers", ",".join(cluster.endpoints), "--etcd-prefix", prefix]
 
 
 def _require_tools() -> None:
@@ -55,19 +95,23 @@ def _finish(server: testing.ApiServerProcess, what: str) -> None:
 
 
 @pytest.fixture
-def apiserver(tmp_path: Path) -> Iterator[testing.ApiServerProcess]:
+def apiserver(
+    tmp_path: Path, storage: str, request: pytest.FixtureRequest
+) -> Iterator[testing.ApiServerProcess]:
     """A fresh apiserver on tmp_path/state, stopped after the test."""
     _require_tools()
-    server = testing.ApiServerProcess.start(tmp_path / "state")
+    server = testing.ApiServerProcess.start(tmp_path / "state", extra_args=store_args(storage, request))
     yield server
     _finish(server, "apiserver")
 
 
 @pytest.fixture(scope="session")
-def shared_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testing.ApiServerProcess]:
-    """One apiserver for the whole session; use `namespace` to keep tests apart."""
+def shared_apiserver(tmp_path_factory: pytest.TempPathFactory, storage: str,
+                     request: pytest.FixtureRequest) -> Iterator[testing.ApiServerProcess]:
+    """One apiserver for the whole session (one per store); use `namespace` to keep tests apart."""
     _require_tools()
-    server = testing.ApiServerProcess.start(tmp_path_factory.mktemp("shared-apiserver") / "state")
+    server = testing.ApiServerProcess.start(tmp_path_factory.mktemp(f"shared-apiserver-{storage}") / "state",
+                                            extra_args=store_args(storage, request))
     yield server
     _finish(server, "shared apiserver")
 

@@ -1,7 +1,8 @@
 """The API engine driven by the real kubectl 1.37, as an operator would drive a cluster.
 
 Each test keeps to its own namespace on the shared server, except those that restart,
-compact or change cluster-wide state (they take a fresh `apiserver`).
+compact or change cluster-wide state (they take a fresh `apiserver`). Every test runs on
+SQLite and on etcd (`both_storages`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 import yaml
 
 from socialweb_computer import testing
+
+pytestmark = pytest.mark.both_storages
 
 CONFIGMAP = """\
 apiVersion: v1

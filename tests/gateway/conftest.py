@@ -1,9 +1,15 @@
-"""Fixtures for gateway end-to-end tests: a real gateway process on a private state directory."""
+"""Fixtures for gateway end-to-end tests: a real gateway process on a private state directory.
+
+On the `etcd` storage (tests/conftest.py) every gateway a test starts shares one etcd key
+prefix of the session's etcd member, so a restart finds the same store.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,12 +17,30 @@ from socialweb_computer import testing
 from socialweb_computer.testing import gateway as gateway_mod
 
 
+def etcd_storage(cluster: testing.EtcdCluster, prefix: str | None = None) -> dict[str, Any]:
+    """The spec's `storage` section that puts a gateway on `cluster`."""
+    settings: dict[str, Any] = {"endpoints": cluster.endpoints,
+                                "keyPrefix": prefix or f"/swc-test-{uuid.uuid4().hex[:12]}"}
+    if cluster.pki is not None:
+        settings.update(caFile=str(cluster.pki.serving_ca_file), certFile=str(cluster.pki.client_cert_file),
+                        keyFile=str(cluster.pki.client_key_file))
+    return {"backend": "etcd", "etcd": settings}
+
+
 @pytest.fixture
-def start_gateway(tmp_path: Path) -> Iterator[object]:
+def start_gateway(tmp_path: Path, storage: str, request: pytest.FixtureRequest) -> Iterator[object]:
     """Call with a spec dict; every gateway started is stopped after the test."""
     started: list[gateway_mod.GatewayProcess] = []
+    store: dict[str, Any] | None = None
+    if storage == "etcd":
+        store = etcd_storage(request.getfixturevalue("etcd_server"))
 
     def start(spec: dict | None = None, state: str = "state") -> gateway_mod.GatewayProcess:
+        # (None means "the spec file this state directory was started with", if there is one.)
+        if store is not None and spec is None and not (tmp_path / f"{state}.spec.yaml").exists():
+            spec = {}
+        if store is not None and spec is not None and "storage" not in spec:
+            spec = {**spec, "storage": store}
         gateway = gateway_mod.GatewayProcess.start(tmp_path / state, spec)
         started.append(gateway)
         return gateway

@@ -1,7 +1,8 @@
 """Seed page steps 2, 4 and 5 as written, against a real gateway, with kubectl and openssl.
 
 The commands are the seed's own text with the placeholders filled in and run by bash, so
-a change that breaks the operator page breaks this test.
+a change that breaks the operator page breaks this test. It runs on SQLite and on etcd
+(`both_storages`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from socialweb_computer.testing import seed
 from socialweb_computer.testing import server as server_mod
+
+pytestmark = pytest.mark.both_storages
 
 # Step 5 as the operator page (docs/01-the-kcp-server.md) has it.
 RUNNER_RBAC = seed.runner_rbac_yaml()

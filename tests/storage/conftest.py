@@ -1,13 +1,14 @@
 """Fixtures for the storage tests: one fresh backend per test, of each kind we ship.
 
-The etcd backend runs against a real etcd (one member on loopback, started once per
-session); each test gets its own key prefix on it, which is what "fresh" means there.
+The etcd backend runs against a real etcd (`etcd_server` from tests/conftest.py: one member
+on loopback, started once per session); each test gets its own key prefix on it, which is
+what "fresh" means there.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,6 @@ pytest.register_assert_rewrite("socialweb_computer.storage.contract")
 
 from socialweb_computer import testing  # noqa: E402
 from socialweb_computer.storage import base, etcd, memory, sqlite  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[testing.EtcdCluster]:
-    """One etcd member for the session; it never crashes, so it may skip fsync."""
-    with testing.EtcdCluster.start(tmp_path_factory.mktemp("etcd"), fsync=False) as cluster:
-        yield cluster
 
 
 def unique_prefix() -> str:

@@ -45,9 +45,14 @@ def test_endpoint_errors_say_what_to_use(urls: object, message: str) -> None:
 
 
 def test_endpoints_parse() -> None:
-    parsed = etcd.parse_endpoints(["https://etcd-0.example:2379", "https://[fd00::1]:2380", "https://10.0.0.2"])
+    parsed = etcd.parse_endpoints(
+        ["https://etcd-0.example:2379", "https://[fd00::1]:2380", "https://10.0.0.2"]
+    )
     assert [(e.target, e.tls) for e in parsed] == [
-        ("etcd-0.example:2379", True), ("[fd00::1]:2380", True), ("10.0.0.2:2379", True)]
+        ("etcd-0.example:2379", True),
+        ("[fd00::1]:2380", True),
+        ("10.0.0.2:2379", True),
+    ]
     assert etcd.parse_endpoints(["http://localhost:2379"])[0].tls is False
 
 
@@ -93,7 +98,9 @@ def test_a_write_is_resent_only_when_it_certainly_did_not_apply(
 async def test_unreachable_etcd_is_a_clear_error() -> None:
     port = testing.etcd._free_ports(1)[0]
     started = time.monotonic()
-    with pytest.raises(base.UnavailableError, match=rf"cannot reach etcd at http://127.0.0.1:{port}.*refused"):
+    with pytest.raises(
+        base.UnavailableError, match=rf"cannot reach etcd at http://127.0.0.1:{port}.*refused"
+    ):
         await etcd.EtcdBackend.open([f"http://127.0.0.1:{port}"], request_timeout=0.5)
     assert time.monotonic() - started < 30  # it gave up; it did not hang
 
@@ -218,8 +225,9 @@ async def test_an_owner_that_lost_its_claim_cannot_write(etcd_server: testing.Et
         await b.claim_ownership(b"me", ttl=5, on_lost=lost.append)
         written = await b.create("c/x", b"1")
         etcd_server.etcdctl("del", b.prefix + etcd.OWNER_KEY)  # as if its lease had expired
-        error = await contract.expect_error(etcd.OwnershipError,
-                                            b.update("c/x", b"2", expected_revision=written.kv.mod_revision))
+        error = await contract.expect_error(
+            etcd.OwnershipError, b.update("c/x", b"2", expected_revision=written.kv.mod_revision)
+        )
         assert "no longer owns" in str(error) and "nothing was written" in str(error)
         assert lost and await b.get("c/x") == written.kv
 
@@ -330,7 +338,8 @@ async def test_member_then_leader_lost_under_write_load(
                     await asyncio.sleep(0.05)
             await asyncio.sleep(0.2)
             assert [e.kv for e in seen] == sorted(stored.values(), key=lambda kv: kv.mod_revision), (
-                "the watch missed or repeated an event")
+                "the watch missed or repeated an event"
+            )
             watch.close()
             await reader
             with capsys.disabled():

@@ -81,10 +81,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return handlers.status_response(
             errors.StatusError(e.status, e.reason.replace(" ", ""), e.text or e.reason)
         )
+    # No Retry-After on these two: client-go would retry ten times, and an outage of the store
+    # would look like a hang instead of the clear refusal it is.
     except storage.UnavailableError as e:
         log.warning("%s %s: %s", request.method, request.path, e)
         return handlers.status_response(
-            errors.StatusError(503, "ServiceUnavailable", f"storage is unavailable: {e}", retry_after=1)
+            errors.StatusError(503, "ServiceUnavailable", f"storage is unavailable: {e}")
         )
     except storage.OutcomeUnknownError as e:
         log.warning("%s %s: %s", request.method, request.path, e)
@@ -94,7 +96,6 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
                 "Timeout",
                 f"The server was unable to return a response in the time allotted, but may still be "
                 f"processing the request ({e}): read the object again before retrying",
-                retry_after=1,
             )
         )
     except ConnectionError as e:

@@ -2,7 +2,9 @@
 
 It keeps everything in one state directory: the SQLite store, a serving CA and a
 ClientCA, and an admin kubeconfig (system:admin in system:masters). The same directory
-serves again after a restart, with the same certificates and objects.
+serves again after a restart, with the same certificates and objects. With
+--etcd-servers (kube-apiserver's flag names) the objects live in etcd instead, under
+--etcd-prefix, which this process claims while it runs.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn
 from socialweb_computer.clusterprovider import layout
 from socialweb_computer.controllers import endpoints
+from socialweb_computer.storage import base as storage
 from socialweb_computer.storage import sqlite
 
 DEFAULT_PORT = 6443
@@ -40,10 +43,41 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="revisions of watch history kept before compaction (default: %(default)s)")
     p.add_argument("--compact-interval", type=float, default=sqlite.DEFAULT_COMPACT_INTERVAL,
                    help="seconds between compactions, 0 disables (default: %(default)s)")
+    p.add_argument("--etcd-servers", default="",
+                   help="comma-separated etcd client URLs: keep the objects in etcd instead of SQLite")
+    p.add_argument("--etcd-prefix", default="/socialweb-computer",
+                   help="etcd key prefix for this server's objects (default: %(default)s)")
+    p.add_argument("--etcd-cafile", default=None, help="CA that signed the etcd members' certificates")
+    p.add_argument("--etcd-certfile", default=None, help="client certificate for etcd")
+    p.add_argument("--etcd-keyfile", default=None, help="key of --etcd-certfile")
     p.add_argument("--log-level", default="INFO", choices=logs.LEVELS)
     p.add_argument("--log-format", default="text", choices=logs.FORMATS,
                    help="text (one line per event) or json (one object per line)")
     p.set_defaults(run=run)
+
+
+async def open_store(args: argparse.Namespace, state_dir: str) -> storage.Backend:
+    if not args.etcd_servers:
+        return await sqlite.SqliteBackend.open(os.path.join(state_dir, "state.db"),
+                                               history_limit=args.history_limit,
+                                               compact_interval=args.compact_interval)
+    from socialweb_computer.cli.main import CommandError
+    from socialweb_computer.storage import etcd
+
+    try:
+        backend = await etcd.EtcdBackend.open(
+            [url.strip() for url in args.etcd_servers.split(",") if url.strip()], prefix=args.etcd_prefix,
+            ca_file=args.etcd_cafile, cert_file=args.etcd_certfile, key_file=args.etcd_keyfile,
+            history_limit=args.history_limit, compact_interval=args.compact_interval)
+    except (etcd.ConfigError, storage.StorageError) as e:
+        raise CommandError(f"--etcd-servers: {e}") from None
+    try:
+        await backend.claim_ownership(etcd.process_record("apiserver", state_dir),
+                                      is_stale=etcd.process_is_gone)
+    except storage.StorageError as e:
+        await backend.close()
+        raise CommandError(f"{e}; stop it, or choose another --etcd-prefix") from None
+    return backend
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -51,9 +85,7 @@ async def serve(args: argparse.Namespace) -> None:
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     plane = layout.PlanePki(os.path.join(state_dir, "pki"))
     plane.ensure()
-    backend = await sqlite.SqliteBackend.open(os.path.join(state_dir, "state.db"),
-                                              history_limit=args.history_limit,
-                                              compact_interval=args.compact_interval)
+    backend = await open_store(args, state_dir)
     cluster = LogicalCluster(CLUSTER_NAME, backend, keys=plane.token_keys(),
                              root_ca_pem=plane.serving_ca_pem(),
                              client_ca=(plane.client_ca, plane.client_ca_key))

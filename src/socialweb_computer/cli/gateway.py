@@ -109,6 +109,11 @@ async def _serve(gateway: runtime.Gateway) -> None:
         )
         print(f"gateway.json: {gateway.state.gateway_json}", flush=True)
         print(f"admin kubeconfig: {gateway.state.admin_kubeconfig}", flush=True)
-        await stop.wait()
+        stopped, failed = asyncio.create_task(stop.wait()), asyncio.create_task(gateway.failed.wait())
+        await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        failed.cancel()
     finally:
         await gateway.close()
+    if gateway.failed.is_set():
+        raise runtime.StartError(gateway.failure)

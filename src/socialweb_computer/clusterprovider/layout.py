@@ -199,6 +199,21 @@ class StateLayout:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
 
+    def install_cluster(self, name: str, files: dict[str, tuple[int, bytes]]) -> None:
+        """Put a cluster directory in place from its files (relative path -> mode, content), as
+        the store's copy has them: prepared under a scratch name and renamed over any old one."""
+        os.makedirs(self.clusters_dir, mode=0o700, exist_ok=True)
+        scratch = tempfile.mkdtemp(prefix=f"{_PREPARING}{name}-", dir=self.clusters_dir)
+        try:
+            write_tree(scratch, files)
+            _sync_tree(scratch)
+            self.remove_cluster(name)
+            os.rename(scratch, self.cluster_dir(name))
+            _sync_path(self.clusters_dir)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+
     def remove_cluster(self, name: str) -> None:
         """Rename first, so a half-removed directory never looks like a cluster."""
         target = self.cluster_dir(name)
@@ -217,6 +232,53 @@ class StateLayout:
         for entry in entries:
             if entry.startswith((_PREPARING, ".removing-")):
                 shutil.rmtree(os.path.join(self.clusters_dir, entry), ignore_errors=True)
+
+
+def replace_tree(root: str, files: dict[str, tuple[int, bytes]]) -> None:
+    """Make `root` hold exactly `files`: written beside it, then swapped in by renames."""
+    parent = os.path.dirname(root)
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f"{_PREPARING}{os.path.basename(root)}-", dir=parent)
+    try:
+        write_tree(scratch, files)
+        _sync_tree(scratch)
+        if os.path.exists(root):
+            doomed = tempfile.mkdtemp(prefix=f".removing-{os.path.basename(root)}-", dir=parent)
+            os.rename(root, os.path.join(doomed, "old"))
+            os.rename(scratch, root)
+            shutil.rmtree(doomed, ignore_errors=True)
+        else:
+            os.rename(scratch, root)
+        _sync_path(parent)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def read_tree(root: str) -> dict[str, tuple[int, bytes]]:
+    """Every regular file under `root`: relative path -> (permission bits, content)."""
+    files: dict[str, tuple[int, bytes]] = {}
+    for directory, _subdirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, root)] = (os.stat(path).st_mode & 0o777, f.read())
+    return files
+
+
+def write_tree(root: str, files: dict[str, tuple[int, bytes]]) -> None:
+    """Write `read_tree`'s result under `root`: directories 0700, files with their modes (secret
+    ones are never readable by others, not even while being written)."""
+    for relative, (mode, data) in files.items():
+        path = os.path.join(root, relative)
+        if os.path.isabs(relative) or os.path.normpath(path) != path or ".." in relative.split(os.sep):
+            raise ValueError(f"refusing to write {relative!r} outside {root}")
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if mode & 0o077:
+            pki.write_public(path, data, sync=False)
+            os.chmod(path, mode)
+        else:
+            pki.write_private(path, data, sync=False)
 
 
 def _sync_path(path: str) -> None:

@@ -29,7 +29,7 @@ from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.bidders import base as bidders_base
 from socialweb_computer.clusterprovider import layout
 from socialweb_computer.controllers import framework
-from socialweb_computer.gateway import observer, resource, tenants
+from socialweb_computer.gateway import observer, resource, statemirror, tenants
 from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.storage import base as storage
 
@@ -67,11 +67,13 @@ class ClusterController:
         reserved_ports: set[int],
         changes: observer.Changes | None = None,
         events: observer.EventLog | None = None,
+        mirror: statemirror.StateMirror | None = None,
     ) -> None:
         self.admin = admin
         self.kind = kind
         self.state = state
         self.backend = backend
+        self.mirror = mirror  # with etcd: the store keeps a copy of each cluster's files
         self.spec = spec
         self.tenants: dict[str, tenants.TenantPlane] = {}
         self.changes = changes or observer.Changes()
@@ -82,6 +84,7 @@ class ClusterController:
             name: rec.port for name in state.cluster_names() if (rec := state.read_cluster(name)) is not None
         }
         self._unsynced: set[str] = set()
+        self._listed: set[str] = set()
         self._synced = asyncio.Event()
         self._reopened: set[str] = set()  # listening again after a restart; status not yet written
         self._backoff: dict[str, _Backoff] = {}
@@ -97,7 +100,7 @@ class ClusterController:
         # Directories whose Cluster no longer exists (deleted while the gateway was down, finalizer
         # forced off) are synced too, which removes them.
         names.update(self._ports)
-        self._unsynced = set(names)
+        self._unsynced, self._listed = set(names), set(names)
         if not names:
             self._synced.set()
         await self._reopen(listed["items"])
@@ -169,6 +172,12 @@ class ClusterController:
                     await task
         await tenants.stop_all(list(self.tenants.values()))
         self.tenants.clear()
+
+    def count_in_readiness(self, name: str) -> None:
+        """Keep the gateway unready until `name` has been through one sync (a cluster the spec
+        is about to create, unless it was there when `start` listed the clusters)."""
+        if name not in self._listed:
+            self._unsynced.add(name)
 
     @property
     def synced(self) -> bool:
@@ -291,6 +300,15 @@ class ClusterController:
                 ) from None
             self._ports[name] = port
         tenant = self._tenant_plane(record)
+        if self.mirror is not None:
+            try:
+                # Before it serves: a gateway that takes over this store must find its CAs and port.
+                await self.mirror.sync(name)
+            except storage.StorageError as e:
+                raise ClusterUnavailable(
+                    "StoreUnavailable",
+                    f"cannot copy the cluster's CAs and record into the store: {e}; the gateway retries",
+                ) from None
         try:
             await tenant.start()
         except OSError as e:
@@ -369,6 +387,8 @@ class ClusterController:
     async def _remove_data(self, name: str) -> None:
         """Objects first, then files: the directory is what says the cluster has data."""
         await self.admin.store.delete_all_under(f"/{name}/")
+        if self.mirror is not None:
+            await self.mirror.removed(name)
         self.state.remove_cluster(name)
         self._ports.pop(name, None)
 

@@ -1,6 +1,8 @@
 """The gateway: the whole host in one process.
 
-    state.db  ──  one SQLite store shared by every logical cluster (key prefix per cluster)
+    store     ──  one store shared by every logical cluster (key prefix per cluster): state.db
+                  (SQLite), or an etcd cluster under storage.etcd.keyPrefix, claimed by this
+                  process for as long as it runs
     admin plane (logical cluster `system:admin`, port listen.adminPort): the Cluster resource
     tenant planes (one per Cluster, port from listen.clusterPorts): see controller.py
     HTTP API (listen.apiPort): /api/config, /api/overview, /metrics, the dashboard, /healthz, /readyz
@@ -12,6 +14,7 @@ them in reverse order. Called by `socialweb-computer gateway` (cli/gateway.py) a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
@@ -31,7 +34,15 @@ from socialweb_computer.apiserver import metrics as apiserver_metrics
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn, pki
 from socialweb_computer.clusterprovider import layout
-from socialweb_computer.gateway import capacityview, controller, httpapi, observer, overview, resource
+from socialweb_computer.gateway import (
+    capacityview,
+    controller,
+    httpapi,
+    observer,
+    overview,
+    resource,
+    statemirror,
+)
 from socialweb_computer.gateway import metrics as gateway_metrics
 from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.storage import base as storage
@@ -44,7 +55,7 @@ ADMIN_CONTEXT = "socialweb-admin"
 
 
 class StartError(Exception):
-    """The gateway cannot start; the message says what and how to fix it."""
+    """The gateway cannot start (or must stop); the message says what and how to fix it."""
 
 
 @contextlib.contextmanager
@@ -68,7 +79,10 @@ class Gateway:
         self.admin_url = ""
         self.api_url = ""
         self.started_at = ""
-        self._backend: sqlite.SqliteBackend | None = None
+        self._backend: storage.Backend | None = None
+        # Set when the gateway must stop on its own (it lost its claim on the etcd store).
+        self.failed = asyncio.Event()
+        self.failure = ""
         self._admin: LogicalCluster | None = None
         self._kind: kinds.KindInfo | None = None
         self._controller: controller.ClusterController | None = None
@@ -82,13 +96,16 @@ class Gateway:
         os.makedirs(self.state.root, mode=0o700, exist_ok=True)
         _raise_open_file_limit()
         self.state.sweep_leftovers()
-        self._backend = await sqlite.SqliteBackend.open(
-            self.state.database,
-            history_limit=self.spec.history_limit,
-            compact_interval=self.spec.compact_interval,
-        )
+        self._backend = await self._open_store()
+        mirror = None
+        if self.spec.etcd is not None:
+            # The CAs and cluster records come from the store, so any state directory will do.
+            mirror = statemirror.StateMirror(self._backend, self.state)
+            await mirror.restore()
         plane = self.state.admin_pki
         plane.ensure()
+        if mirror is not None:
+            await mirror.sync_admin()  # keys a newer version mints at its first start go to the store too
         self._admin = LogicalCluster(ADMIN_PLANE, self._backend, keys=plane.token_keys(),
                                      root_ca_pem=plane.serving_ca_pem())
         await self._admin.start()
@@ -104,6 +121,7 @@ class Gateway:
             reserved_ports={admin_port, self.spec.api_port},
             changes=self.changes,
             events=self.events,
+            mirror=mirror,
         )
         await self._controller.start()
         await self._ensure_spec_clusters()
@@ -126,6 +144,50 @@ class Gateway:
             await self._admin.close()
         if self._backend is not None:
             await self._backend.close()
+
+    async def _open_store(self) -> storage.Backend:
+        if self.spec.etcd is None:
+            return await sqlite.SqliteBackend.open(
+                self.state.database,
+                history_limit=self.spec.history_limit,
+                compact_interval=self.spec.compact_interval,
+            )
+        from socialweb_computer.storage import etcd
+
+        settings = self.spec.etcd
+        try:
+            backend = await etcd.EtcdBackend.open(
+                settings.endpoints,
+                prefix=settings.key_prefix,
+                ca_file=settings.ca_file,
+                cert_file=settings.cert_file,
+                key_file=settings.key_file,
+                request_timeout=settings.request_timeout,
+                history_limit=self.spec.history_limit,
+                compact_interval=self.spec.compact_interval,
+            )
+        except (etcd.ConfigError, storage.StorageError) as e:
+            raise StartError(f"storage.etcd: {e}") from None
+        try:
+            await backend.claim_ownership(etcd.process_record("gateway", self.state.root),
+                                          ttl=settings.owner_lease_seconds, on_lost=self._lost_store,
+                                          is_stale=etcd.process_is_gone)
+        except storage.StorageError as e:
+            await backend.close()
+            if isinstance(e, etcd.OwnershipError):
+                raise StartError(
+                    f"{e}. One gateway serves a store at a time: stop the other gateway first, or give "
+                    "this one another storage.etcd.keyPrefix"
+                ) from None
+            raise StartError(f"storage.etcd: {e}") from None
+        return backend
+
+    def _lost_store(self, reason: str) -> None:
+        self.failure = (
+            f"this gateway lost its claim on the etcd store ({reason}), so another gateway may serve "
+            "its clusters now; it stopped serving. Start it again once the other gateway is stopped"
+        )
+        self.failed.set()
 
     async def _serve_admin_plane(self) -> int:
         assert self._admin is not None
@@ -159,6 +221,8 @@ class Gateway:
             }
             if wanted.nodes:
                 body["spec"]["nodes"] = dict(wanted.nodes)
+            assert self._controller is not None
+            self._controller.count_in_readiness(wanted.name)
             try:
                 await self._admin.store.create(
                     self._kind, "", body, store.WriteOptions(field_manager=resource.FIELD_MANAGER)
@@ -193,10 +257,15 @@ class Gateway:
                 "adminPort": _port_of(self.admin_url),
                 "clusterPorts": "{}-{}".format(*self.spec.cluster_ports),
             },
-            "storage": {"backend": "sqlite", "path": self.state.database},
+            "storage": self._storage_summary(),
             "nodeDefaults": self.spec.node_defaults.as_json(),
             "clusters": await self.clusters(),
         }
+
+    def _storage_summary(self) -> dict[str, Any]:
+        if self.spec.etcd is None:
+            return {"backend": "sqlite", "path": self.state.database}
+        return {"backend": "etcd", **self.spec.etcd.as_json()}
 
     async def clusters(self) -> list[dict[str, Any]]:
         assert self._admin is not None and self._kind is not None

@@ -12,6 +12,7 @@ EnvironmentFile), so the spec can be shown and versioned freely.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Any
 
@@ -27,6 +28,12 @@ DEFAULT_ADMIN_PORT = 6443
 DEFAULT_CLUSTER_PORTS = (6444, 7443)
 DEFAULT_HISTORY_LIMIT = sqlite.DEFAULT_HISTORY_LIMIT
 DEFAULT_COMPACT_INTERVAL = sqlite.DEFAULT_COMPACT_INTERVAL
+STORAGE_BACKENDS = ("sqlite", "etcd")
+# The same defaults as storage/etcd.py, which is imported only when a spec selects etcd
+# (it brings gRPC with it).
+DEFAULT_ETCD_PREFIX = "/socialweb-computer"
+DEFAULT_ETCD_REQUEST_TIMEOUT = 5.0
+DEFAULT_OWNER_LEASE_SECONDS = 15
 
 # A Cluster's name becomes a directory name, a key prefix and a kubeconfig context: a DNS label.
 CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -62,6 +69,27 @@ class ClusterSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class EtcdSpec:
+    """`storage.etcd`: how to reach the etcd cluster (file paths are absolute once parsed)."""
+
+    endpoints: tuple[str, ...]
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    key_prefix: str = DEFAULT_ETCD_PREFIX
+    request_timeout: float = DEFAULT_ETCD_REQUEST_TIMEOUT
+    owner_lease_seconds: int = DEFAULT_OWNER_LEASE_SECONDS
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"endpoints": list(self.endpoints), "keyPrefix": self.key_prefix}
+        files = (("caFile", self.ca_file), ("certFile", self.cert_file), ("keyFile", self.key_file))
+        for key, value in files:
+            if value:
+                out[key] = value
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
 class GatewaySpec:
     address: str = DEFAULT_ADDRESS
     api_port: int = DEFAULT_API_PORT
@@ -69,6 +97,8 @@ class GatewaySpec:
     cluster_ports: tuple[int, int] = DEFAULT_CLUSTER_PORTS
     history_limit: int = DEFAULT_HISTORY_LIMIT
     compact_interval: float = DEFAULT_COMPACT_INTERVAL
+    storage_backend: str = "sqlite"
+    etcd: EtcdSpec | None = None
     node_defaults: NodeDefaults = NodeDefaults()
     clusters: tuple[ClusterSpec, ...] = ()
     log_level: str = ""  # "" = not set here (flag, environment or INFO decide)
@@ -84,7 +114,10 @@ _NODE_FIELDS = {
 _TOP_FIELDS = ("listen", "storage", "nodeDefaults", "clusters", "logging")
 _LOGGING_FIELDS = ("level", "format")
 _LISTEN_FIELDS = ("address", "apiPort", "adminPort", "clusterPorts")
-_STORAGE_FIELDS = ("historyLimit", "compactInterval")
+_STORAGE_FIELDS = ("backend", "historyLimit", "compactInterval", "etcd")
+_ETCD_FIELDS = (
+    "endpoints", "caFile", "certFile", "keyFile", "keyPrefix", "requestTimeout", "ownerLeaseSeconds",
+)
 _CLUSTER_FIELDS = ("name", "running", "nodes")
 
 
@@ -102,10 +135,11 @@ def load(path: str | None) -> GatewaySpec:
         ) from None
     except yaml.YAMLError as e:
         raise SpecError(f"the gateway spec {path} is not valid YAML: {e}") from None
-    return parse(document, source=path)
+    return parse(document, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
 
 
-def parse(document: Any, *, source: str = "spec") -> GatewaySpec:
+def parse(document: Any, *, source: str = "spec", base_dir: str = ".") -> GatewaySpec:
+    """Check a spec document; relative file paths in it are taken from `base_dir`."""
     if document is None:
         document = {}
     root = _mapping(document, source, _TOP_FIELDS)
@@ -128,6 +162,8 @@ def parse(document: Any, *, source: str = "spec") -> GatewaySpec:
         compact_interval=_number(
             storage.get("compactInterval", DEFAULT_COMPACT_INTERVAL), f"{source}: storage.compactInterval"
         ),
+        storage_backend=_backend(storage, f"{source}: storage"),
+        etcd=_etcd(storage, f"{source}: storage", base_dir),
         node_defaults=_node_defaults(root.get("nodeDefaults", {}), f"{source}: nodeDefaults"),
         clusters=_clusters(root.get("clusters", []), f"{source}: clusters"),
         log_level=_choice(logging.get("level", ""), f"{source}: logging.level", logs.LEVELS),
@@ -166,6 +202,55 @@ def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise SpecError(f"{where}: expected a number of seconds (0 or more), got {value!r}")
     return float(value)
+
+
+def _backend(storage: dict[str, Any], where: str) -> str:
+    backend = storage.get("backend", "sqlite")
+    if backend not in STORAGE_BACKENDS:
+        raise SpecError(f"{where}.backend: {backend!r} is not a storage backend; use sqlite or etcd")
+    if backend == "etcd" and "etcd" not in storage:
+        raise SpecError(f"{where}.backend is etcd, but {where}.etcd is missing: give at least "
+                        "etcd.endpoints, such as [https://10.0.0.1:2379]")
+    if backend != "etcd" and "etcd" in storage:
+        raise SpecError(f"{where}.etcd is set, but {where}.backend is {backend}: set backend: etcd to use it")
+    return str(backend)
+
+
+def _etcd(storage: dict[str, Any], where: str, base_dir: str) -> EtcdSpec | None:
+    if "etcd" not in storage:
+        return None
+    from socialweb_computer.storage import etcd
+
+    where = f"{where}.etcd"
+    fields = _mapping(storage["etcd"], where, _ETCD_FIELDS)
+    endpoints = fields.get("endpoints")
+    try:
+        etcd.parse_endpoints(endpoints)  # type: ignore[arg-type]
+        prefix = etcd.check_prefix(str(fields.get("keyPrefix", DEFAULT_ETCD_PREFIX)))
+    except etcd.ConfigError as e:
+        raise SpecError(f"{where}: {e}") from None
+    files: dict[str, str | None] = {}
+    for field in ("caFile", "certFile", "keyFile"):
+        value = fields.get(field)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise SpecError(f"{where}.{field}: expected a file path, got {value!r}")
+        files[field] = os.path.join(base_dir, value) if value else None
+    if bool(files["certFile"]) != bool(files["keyFile"]):
+        raise SpecError(f"{where}: give both certFile and keyFile (the client certificate and its key), "
+                        "or neither")
+    if files["caFile"] and not str(endpoints[0]).startswith("https://"):  # type: ignore[index]
+        raise SpecError(f"{where}: caFile, certFile and keyFile need https:// endpoints")
+    return EtcdSpec(
+        endpoints=tuple(str(e) for e in endpoints),  # type: ignore[union-attr]
+        ca_file=files["caFile"],
+        cert_file=files["certFile"],
+        key_file=files["keyFile"],
+        key_prefix=prefix,
+        request_timeout=_number(fields.get("requestTimeout", DEFAULT_ETCD_REQUEST_TIMEOUT),
+                                f"{where}.requestTimeout") or DEFAULT_ETCD_REQUEST_TIMEOUT,
+        owner_lease_seconds=_int(fields.get("ownerLeaseSeconds", DEFAULT_OWNER_LEASE_SECONDS),
+                                 f"{where}.ownerLeaseSeconds", minimum=2, maximum=3600),
+    )
 
 
 def _port(value: Any, where: str) -> int:

@@ -37,9 +37,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import ipaddress
+import json
 import logging
 import os
+import socket
 import time
 import urllib.parse
 from collections import deque
@@ -590,45 +593,68 @@ class EtcdBackend:
     # -- ownership ----------------------------------------------------------------------
 
     async def claim_ownership(self, holder: bytes, *, ttl: int = DEFAULT_OWNER_TTL,
-                              on_lost: Callable[[str], None] | None = None) -> None:
+                              on_lost: Callable[[str], None] | None = None,
+                              is_stale: Callable[[bytes], bool] | None = None) -> None:
         """Become the one process serving this prefix, or raise OwnershipError naming the owner.
 
-        The claim is a key under a lease that this process keeps alive; closing the backend
-        revokes it at once, and a process that vanishes loses it `ttl` seconds later. From here
-        on every write also checks the claim, so a process that lost it (etcd expired its lease
-        while it was cut off) cannot write any more. `on_lost(reason)` is called if that happens.
+        The claim is a record holding `holder` under a lease that this process keeps alive;
+        closing the backend revokes it at once, and a process that vanishes loses it `ttl`
+        seconds later, unless `is_stale(record)` can tell sooner that its owner is gone (a
+        process of this host that no longer exists): then that claim is removed and taken over.
+        From here on every write also checks the claim, so a process that lost it (etcd expired
+        its lease while it was cut off) cannot write any more; `on_lost(reason)` is called then.
         """
         if self._owner is not None:
             return
-        lease = await self._lease_call("LeaseGrant", pb.LeaseGrantRequest(TTL=ttl))
+        lease = (await self._lease_call("LeaseGrant", pb.LeaseGrantRequest(TTL=ttl))).ID
+        for attempt in (1, 2):
+            current = await self._try_claim(holder, lease)
+            if current is None:
+                self._owner = _Ownership(self, lease, ttl, on_lost)
+                return
+            if attempt == 1 and is_stale is not None and is_stale(current.value):
+                log.warning("taking over the etcd claim of a process that is gone: %s",
+                            current.value.decode(errors="replace"))
+                await self._remove_claim(current.lease)
+                continue
+            await self._revoke(lease)
+            raise await self._owned_elsewhere(current)
+        raise AssertionError("unreachable")
+
+    async def _try_claim(self, holder: bytes, lease: int) -> Any:
+        """None once the claim is ours, else the record of whoever holds it."""
         key = self._key(OWNER_KEY)
         txn = pb.TxnRequest(
             compare=[_absent(key)],
-            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=holder, lease=lease.ID))],
+            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=holder, lease=lease))],
             failure=[pb.RequestOp(request_range=pb.RangeRequest(key=key))],
         )
         try:
             response = await self._txn("ownership claim", txn)
-            claimed = response.succeeded
         except base.OutcomeUnknownError:
             # The lease is ours alone, so the record says whether the claim landed.
-            current = await self._read(pb.RangeRequest(key=key))
-            claimed = bool(current.kvs) and current.kvs[0].lease == lease.ID
-            response = None
-        if not claimed:
-            await self._revoke(lease.ID)
-            raise await self._owned_elsewhere(response)
-        self._owner = _Ownership(self, lease.ID, ttl, on_lost)
-
-    async def _owned_elsewhere(self, response: Any) -> OwnershipError:
-        if response is None:
-            kvs = (await self._read(pb.RangeRequest(key=self._key(OWNER_KEY)))).kvs
+            kvs = (await self._read(pb.RangeRequest(key=key))).kvs
+            if kvs and kvs[0].lease == lease:
+                return None
         else:
+            if response.succeeded:
+                return None
             kvs = response.responses[0].response_range.kvs
-        holder = kvs[0].value.decode(errors="replace") if kvs else "(unknown)"
+        return kvs[0] if kvs else await self._try_claim(holder, lease)  # released meanwhile: again
+
+    async def _remove_claim(self, lease: int) -> None:
+        key = self._key(OWNER_KEY)
+        await self._txn("removal of a stale claim", pb.TxnRequest(
+            compare=[pb.Compare(target=pb.Compare.LEASE, result=pb.Compare.EQUAL, key=key, lease=lease)],
+            success=[pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key))],
+        ))
+        await self._revoke(lease)
+
+    async def _owned_elsewhere(self, record: Any) -> OwnershipError:
+        holder = record.value.decode(errors="replace")
         expires = ""
-        if kvs and kvs[0].lease:
-            ttl = await self._lease_call("LeaseTimeToLive", pb.LeaseTimeToLiveRequest(ID=kvs[0].lease))
+        if record.lease:
+            ttl = await self._lease_call("LeaseTimeToLive", pb.LeaseTimeToLiveRequest(ID=record.lease))
             expires = f"; if that process is gone, its claim expires within {max(ttl.TTL, 0)}s"
         return OwnershipError(f"{self.prefix} in etcd is owned by another process: {holder}{expires}")
 
@@ -899,6 +925,27 @@ class _Ownership:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         await self.backend._revoke(self.lease)
+
+
+def process_record(role: str, state_dir: str) -> bytes:
+    """What a claim made by this process says about it (shown to whoever it refuses)."""
+    since = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return json.dumps({"process": role, "pid": os.getpid(), "host": socket.gethostname(),
+                       "stateDir": state_dir, "since": since}).encode()
+
+
+def process_is_gone(record: bytes) -> bool:
+    """True when a `process_record` names a process of this host that no longer exists."""
+    try:
+        fields = json.loads(record)
+        if fields.get("host") != socket.gethostname():
+            return False
+        os.kill(int(fields["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, TypeError, KeyError, AttributeError, OSError):
+        return False  # not ours to judge (another format), or alive but not ours to signal
+    return False
 
 
 def _absent(key: bytes) -> Any:
