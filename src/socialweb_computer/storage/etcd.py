@@ -210,6 +210,12 @@ def _describe(error: grpc.aio.AioRpcError) -> str:
     return f"{error.code().name}: {error.details() or 'no details'}"
 
 
+async def _ended(call: Any) -> str:
+    """Why a stream call that can no longer be written to has ended."""
+    code = await call.code()
+    return f"{code.name}: {await call.details() or 'no details'}"
+
+
 class EtcdBackend:
     """`base.Backend` on an etcd v3 cluster, under `prefix`.
 
@@ -744,6 +750,9 @@ class _Watch:
             if not _transient(e):
                 raise base.StorageError(f"etcd refused the watch: {_describe(e)}") from None
             return f"{members.endpoints[index].url}: {_describe(e)}"
+        except asyncio.InvalidStateError:  # the stream failed before the request could be written
+            members.failed(index)
+            return f"{members.endpoints[index].url}: {await _ended(call)}"
         if response is grpc.aio.EOF or not response.created or response.canceled:
             call.cancel()
             members.failed(index)
@@ -785,6 +794,9 @@ class _Watch:
             except grpc.aio.AioRpcError as e:
                 self._reading = None
                 self._broken(f"{_describe(e)}")
+                continue
+            except asyncio.InvalidStateError:
+                self._broken(await _ended(self._call))
                 continue
             except asyncio.CancelledError:
                 if reading.done():
@@ -906,6 +918,11 @@ class _Ownership:
             except grpc.aio.AioRpcError as e:
                 log.warning("renewing the etcd ownership lease on %s failed (%s); trying another member",
                             members.endpoints[index].url, _describe(e))
+            except asyncio.InvalidStateError:  # the stream failed before a request could be written
+                log.warning("renewing the etcd ownership lease on %s failed (%s); trying another member",
+                            members.endpoints[index].url, await _ended(call))
+            except Exception:  # never stop renewing: a claim left to expire is a gateway lost
+                log.exception("renewing the etcd ownership lease on %s failed", members.endpoints[index].url)
             finally:
                 call.cancel()
             members.failed(index)
@@ -922,8 +939,12 @@ class _Ownership:
 
     async def release(self) -> None:
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await self._task
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # renewing is over either way; the lease is revoked below
+            log.exception("renewing the etcd ownership lease had failed")
         await self.backend._revoke(self.lease)
 
 
