@@ -105,6 +105,7 @@ def test_two_gateways_never_both_own_a_store_and_the_second_can_take_over(
         url = first.wait_phase("ci", "Ready")["status"]["url"]
         tenant = first.tenant_kubeconfig("ci")
         first.kubectl_with(tenant, "create", "configmap", "kept", "--from-literal=k=v")
+        token = first.kubectl_with(tenant, "create", "token", "default", "-n", "default").stdout.strip()
         with pytest.raises(testing.ServerStartError) as refused:
             gateway_mod.GatewayProcess.start(tmp_path / "b", {"storage": storage}, timeout=30)
         message = str(refused.value)
@@ -132,6 +133,15 @@ def test_two_gateways_never_both_own_a_store_and_the_second_can_take_over(
             second.kubectl_with(moved, "get", "cluster", "ci", "-o", "name").stdout
             == "cluster.socialweb.computer/ci\n"
         )
+        # ServiceAccount tokens signed there verify here: the signing keys moved with the store.
+        with_token = yaml.safe_load(tenant.read_text())
+        with_token["users"][0]["user"] = {"token": token}
+        token_kubeconfig = tmp_path / "token.kubeconfig"
+        token_kubeconfig.write_text(yaml.safe_dump(with_token))
+        whoami = second.kubectl_with(
+            token_kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"
+        )
+        assert whoami.stdout == "system:serviceaccount:default:default"
         for relative in ("pki/serving-ca.crt", "clusters/ci/pki/client-ca.crt", "clusters/ci/cluster.json"):
             assert (second.state_dir / relative).read_bytes() == (first.state_dir / relative).read_bytes()
         assert (second.state_dir / "clusters/ci/pki/client-ca.key").stat().st_mode & 0o077 == 0

@@ -125,6 +125,7 @@ class StateMirror:
             self._synced[key] = kv.mod_revision
 
     def _save_record(self) -> None:
+        os.makedirs(self.state.root, mode=0o700, exist_ok=True)
         pki.write_private(self._record, orjson.dumps(self._synced, option=orjson.OPT_SORT_KEYS))
 
 
