@@ -215,6 +215,21 @@ def test_a_gateway_that_lost_its_claim_stops_serving(
 # -- a replicated etcd ------------------------------------------------------------------
 
 
+class LineReader(threading.Thread):
+    """Collects the names a `kubectl get --watch -o name` prints, as it prints them."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        super().__init__(daemon=True)
+        self.process = process
+        self.names: list[str] = []
+        self.start()
+
+    def run(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.names.append(line.strip().removeprefix("configmap/"))
+
+
 class ConfigMapWriter(threading.Thread):
     """Creates ConfigMaps in a tenant with the official Python client, one after another, and
     records the answer to each: acknowledged (201), refused (503), unknown outcome (504)."""
@@ -296,6 +311,7 @@ def test_gateway_on_a_3_member_etcd_loses_a_member_then_the_leader(
                 text=True,
                 env=gateway.tool_env(),
             )
+            watched = LineReader(watcher)
             writer = ConfigMapWriter(gateway, tenant)
             try:
                 writer.start()
@@ -315,6 +331,7 @@ def test_gateway_on_a_3_member_etcd_loses_a_member_then_the_leader(
                 time.sleep(2.0)
                 cluster.restart(leader)
                 cluster.restart(follower)
+                back = time.monotonic()
                 recovery = writer.wait_for_ack()
                 time.sleep(1.0)
                 writer.finish()
@@ -323,10 +340,17 @@ def test_gateway_on_a_3_member_etcd_loses_a_member_then_the_leader(
                 found = {n.removeprefix("configmap/") for n in names}
                 lost = [name for name in writer.acknowledged if name not in found]
                 assert not lost, f"acknowledged writes lost: {lost}"
-                time.sleep(1.0)
+                # Every acknowledged write reaches the watch, however long its resume took.
+                deadline = time.monotonic() + 60
+                while set(writer.acknowledged) - set(watched.names) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                caught_up = time.monotonic() - back
                 watcher.terminate()
-                watched, watch_errors = watcher.communicate(timeout=10)
-                watched_names = [n.removeprefix("configmap/") for n in watched.split()]
+                watcher.wait(10)
+                assert watcher.stderr is not None
+                watch_errors = watcher.stderr.read()
+                watched.join(10)
+                watched_names = watched.names
                 missed = [name for name in writer.acknowledged if name not in watched_names]
                 assert not missed, f"the watch missed {missed[:5]}: {watch_errors}"
                 assert len(watched_names) == len(set(watched_names)), "the watch repeated an event"
@@ -340,13 +364,18 @@ def test_gateway_on_a_3_member_etcd_loses_a_member_then_the_leader(
                         f"{len(writer.acknowledged) - len(lost)} found; answers {answers}; "
                         f"{len(writer.unknown)} of unknown outcome ({len(applied_unknown)} applied); writes "
                         f"resumed {after_follower:.2f}s after a follower died, {recovery:.2f}s after both "
-                        f"members were restarted; a kubectl watch saw all {len(watched_names)} once; "
+                        f"members were restarted; a kubectl watch saw all {len(watched_names)} once, all of "
+                        f"them {caught_up:.2f}s after the restart; "
                         f"503 said: {writer.messages.get(503, '')[:160]!r}"
                     )
             finally:
                 writer.running = False
                 if watcher.poll() is None:
                     watcher.kill()
-                    watcher.communicate()
+                    watcher.wait(10)
+                watched.join(10)
+                for pipe in (watcher.stdout, watcher.stderr):
+                    if pipe is not None:
+                        pipe.close()
         finally:
             gateway.stop()

@@ -76,6 +76,7 @@ OWNER_KEY = "/.gateway/owner"  # store key of the ownership record (no cluster i
 _REQUIRE_LEADER = (("hasleader", "true"),)
 _PUT, _DELETE = 0, 1  # mvccpb.Event.EventType
 _RETRY_FIRST, _RETRY_MAX = 0.05, 1.0  # seconds between attempts, doubling
+_CONNECT_TIMEOUT = 2.0  # seconds a member may take to accept a watch (a healthy one takes milliseconds)
 _CHANNEL_OPTIONS = (
     # A dead member is noticed in seconds even when it vanishes without closing the connection.
     ("grpc.keepalive_time_ms", 10_000),
@@ -181,8 +182,21 @@ class _Members:
         self.maintenance = [pb.MaintenanceStub(c) for c in self.channels]
         self.preferred = 0
 
+    def pick(self) -> int:
+        """The preferred member, or the next one with a connection up if its own is not: a
+        member that is starting accepts connections long before it answers on them."""
+        count = len(self.channels)
+        for offset in range(count):
+            index = (self.preferred + offset) % count
+            if self.channels[index].get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+                return index
+        return self.preferred
+
     def failed(self, index: int) -> None:
-        if self.preferred == index:  # concurrent failures on one member move on once
+        # Concurrent failures on one member move on once; a member picked past a preferred one
+        # whose connection is down moves the preference past itself too.
+        preferred_down = self.channels[self.preferred].get_state() != grpc.ChannelConnectivity.READY
+        if self.preferred == index or preferred_down:
             self.preferred = (index + 1) % len(self.channels)
 
     async def close(self) -> None:
@@ -197,11 +211,21 @@ def _not_applied(error: grpc.aio.AioRpcError) -> bool:
     return error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "too many requests" in details
 
 
+# What a request that etcd refused for what it is (not for where or when it was sent) fails with.
+_FINAL = (
+    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.UNIMPLEMENTED,
+)
+
+
 def _transient(error: grpc.aio.AioRpcError) -> bool:
     """True for failures another member, or the same one a moment later, may not have."""
     if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                         grpc.StatusCode.CANCELLED):
         return True
+    if error.code() == grpc.StatusCode.INTERNAL and "error from core" in (error.details() or "").lower():
+        return True  # gRPC's own failure on a connection that went away
     details = (error.details() or "").lower()
     return "too many requests" in details or "context deadline exceeded" in details
 
@@ -336,7 +360,7 @@ class EtcdBackend:
         deadline = loop.time() + self.request_timeout
         delay = _RETRY_FIRST
         while True:
-            index = self._members.preferred
+            index = self._members.pick()
             remaining = deadline - loop.time()
             try:
                 response = await pick(index)(request, timeout=max(remaining, 0.2), metadata=_REQUIRE_LEADER)
@@ -737,31 +761,40 @@ class _Watch:
         """Open a stream from `_next`; None once it is established, else why not (CompactedError
         is raised: that watch can never start)."""
         members = self.backend._members
-        index = members.preferred
+        index = members.pick()
+        where = members.endpoints[index].url
         call = members.watch[index].Watch(metadata=_REQUIRE_LEADER)
         create = pb.WatchCreateRequest(key=self._start, range_end=self._end, start_revision=self._next,
                                        prev_kv=True)
         try:
-            await call.write(pb.WatchRequest(create_request=create))
-            response = await call.read()
+            # A member that does not answer in time is given up like a failed one: one that is
+            # starting accepts the connection but serves it only once it has rejoined a quorum.
+            async with asyncio.timeout(min(self.backend.request_timeout, _CONNECT_TIMEOUT)):
+                await call.write(pb.WatchRequest(create_request=create))
+                response = await call.read()
         except grpc.aio.AioRpcError as e:
-            call.cancel()
-            members.failed(index)
-            if not _transient(e):
-                raise base.StorageError(f"etcd refused the watch: {_describe(e)}") from None
-            return f"{members.endpoints[index].url}: {_describe(e)}"
+            problem = _describe(e)
+            if e.code() in _FINAL:  # anything else may go away: a watch keeps trying
+                call.cancel()
+                raise base.StorageError(f"etcd refused the watch: {problem}") from None
         except asyncio.InvalidStateError:  # the stream failed before the request could be written
-            members.failed(index)
-            return f"{members.endpoints[index].url}: {await _ended(call)}"
-        if response is grpc.aio.EOF or not response.created or response.canceled:
-            call.cancel()
-            members.failed(index)
+            problem = await _ended(call)
+        except TimeoutError:
+            problem = "no answer to the watch request"
+        except BaseException:
+            call.cancel()  # cancelled while connecting: the stream must not linger
+            raise
+        else:
+            if response is not grpc.aio.EOF and response.created and not response.canceled:
+                self._call, self._member = call, index
+                return None
             if response is not grpc.aio.EOF and response.compact_revision:
+                call.cancel()
                 raise base.CompactedError(self._next - 1, int(response.compact_revision))
-            reason = "stream ended" if response is grpc.aio.EOF else response.cancel_reason or "canceled"
-            return f"{members.endpoints[index].url}: {reason}"
-        self._call, self._member = call, index
-        return None
+            problem = "stream ended" if response is grpc.aio.EOF else response.cancel_reason or "canceled"
+        call.cancel()
+        members.failed(index)
+        return f"{where}: {problem}"
 
     def __aiter__(self) -> _Watch:
         return self
@@ -858,9 +891,13 @@ class _Watch:
                 self.fail(e)
                 return
             if problem is None:
+                log.info("etcd watch on %r resumed on %s from revision %d", self.prefix,
+                         self.backend._members.endpoints[self._member].url, self._next)
                 return
+            log.debug("etcd watch on %r cannot resume yet: %s", self.prefix, problem)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), delay)
+                async with asyncio.timeout(delay):  # (not wait_for: 3.11's can swallow a cancel)
+                    await self._closed.wait()
             delay = min(delay * 2, _RETRY_MAX)
 
     def fail(self, error: base.StorageError) -> None:
@@ -902,12 +939,13 @@ class _Ownership:
         members = self.backend._members
         delay = 0.2
         while True:
-            index = members.preferred
+            index = members.pick()
             call = members.lease[index].LeaseKeepAlive(metadata=_REQUIRE_LEADER)
             try:
                 while True:
-                    await call.write(pb.LeaseKeepAliveRequest(ID=self.lease))
-                    response = await call.read()
+                    async with asyncio.timeout(max(self.ttl / 3, 1.0)):  # a member that does not answer
+                        await call.write(pb.LeaseKeepAliveRequest(ID=self.lease))
+                        response = await call.read()
                     if response is grpc.aio.EOF:
                         break
                     if response.TTL <= 0:
@@ -921,6 +959,9 @@ class _Ownership:
             except asyncio.InvalidStateError:  # the stream failed before a request could be written
                 log.warning("renewing the etcd ownership lease on %s failed (%s); trying another member",
                             members.endpoints[index].url, await _ended(call))
+            except TimeoutError:
+                log.warning("renewing the etcd ownership lease on %s got no answer; trying another member",
+                            members.endpoints[index].url)
             except Exception:  # never stop renewing: a claim left to expire is a gateway lost
                 log.exception("renewing the etcd ownership lease on %s failed", members.endpoints[index].url)
             finally:
