@@ -308,23 +308,41 @@ def enter_cgroups(relative: str) -> None:
             (hierarchy / relative / "system" / "cgroup.procs").write_text(pid)
 
 
-def remove_cgroups(relative: str) -> None:
+def remove_cgroups(relative: str, *, timeout: float = 10.0) -> None:
+    """Removes the node's cgroups deepest first, and `socialweb` itself once no node is left in it.
+
+    Whatever still runs in them belongs to the node (a container whose PID namespace just ended
+    takes a moment to be reaped), so it is killed and waited for, as a service manager stops a
+    control group; a directory only goes once it is empty, bounded by `timeout`.
+    """
+    deadline = time.monotonic() + timeout
     for hierarchy in _hierarchies():
         target = hierarchy / relative
         if not target.is_dir():
             continue
         for directory, _dirs, _files in sorted(os.walk(target), key=lambda entry: -len(entry[0])):
-            for _attempt in range(50):
-                try:
-                    os.rmdir(directory)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
+            _remove_one_cgroup(Path(directory), deadline)
     for hierarchy in _hierarchies():
         with contextlib.suppress(OSError):
             (hierarchy / CGROUP_PARENT).rmdir()
+
+
+def _remove_one_cgroup(directory: Path, deadline: float) -> None:
+    while True:
+        try:
+            directory.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                log.warning("cgroup %s is still busy; left in place", directory)
+                return
+        with contextlib.suppress(OSError, ValueError):
+            for pid in (directory / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.02)
 
 
 # ---------------------------------------------------------------- the supervisor process
