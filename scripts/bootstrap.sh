@@ -22,6 +22,8 @@ cd "$REPO_ROOT"
 #                                   what a sandbox node runs (docs/host-contract.md); containerd and
 #                                   its service are installed, never started (policy-rc.d below)
 #   gcc, libc6-dev                  the build step compiles the pause image's static binary
+#   qemu-system-x86, qemu-utils     what a microVM node runs (QEMU with TCG; qemu-img for its disk)
+#   kmod                            depmod, which indexes a guest image's kernel modules
 # Only with --test (scripts/test.sh, CI):
 #   binutils                        objdump/strip for scripts/build-binary.sh (PyInstaller)
 #   openssh-server                  the real sshd tests/hostops runs scripts/deploy.sh against
@@ -32,7 +34,7 @@ cd "$REPO_ROOT"
 #   nftables, iproute2              what the node tests read to prove nothing was left on the host
 #   chromium, chromium-driver       headless Chromium and its WebDriver for the dashboard's tests
 APT_PACKAGES=(openssl curl ca-certificates containerd runc containernetworking-plugins tini slirp4netns iptables
-              e2fsprogs gcc libc6-dev)
+              e2fsprogs gcc libc6-dev qemu-system-x86 qemu-utils kmod)
 TEST_APT_PACKAGES=(binutils openssh-server systemd busybox-static skopeo docker-registry apache2-utils
                    nftables iproute2 chromium chromium-driver)
 if [[ "${1:-}" == "--test" ]]; then
@@ -146,10 +148,20 @@ ensure_cni_mount_point() {
     fi
 }
 
+prefetch_guest_packages() {
+    # The Debian packages of a guest image, into the package cache, so that the tests build their
+    # image without the network (src/socialweb_computer/guest/build.py). Cached: fast when present.
+    log "fetching the guest image's packages"
+    "$VENV/bin/python" -m socialweb_computer.guest.build --download-only
+}
+
 install_apt_packages
 ensure_cni_mount_point
 ensure_venv
 bash "$REPO_ROOT/scripts/install-tools.sh"
 build_protobuf
 build_node
+if [[ "${1:-}" == "--test" ]]; then
+    prefetch_guest_packages
+fi
 log "ready"

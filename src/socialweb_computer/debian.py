@@ -14,13 +14,17 @@ needs no network. `SOCIALWEB_DEBIAN_MIRROR` overrides the mirror.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+
+import orjson
 
 MIRROR_ENV = "SOCIALWEB_DEBIAN_MIRROR"
 # Suites of Debian's main archive (not security, not backports) that can supply a mirror URI.
@@ -125,14 +129,10 @@ def _apt_options(state: Path) -> list[str]:
     ]
 
 
-def download(
-    packages: Iterable[str], suite: str, dest: Path, *, log: Callable[[str], None] | None = None
-) -> list[Path]:
-    """Downloads the newest `.deb` of each package in `suite` into `dest` (replacing older ones)."""
-    packages = list(packages)
+@contextlib.contextmanager
+def _private_apt(suite: str) -> Iterator[list[str]]:
+    """apt options for a private state of `suite` (its lists updated), removed afterwards."""
     uri, keyring = system_mirror()
-    if log is not None:
-        log(f"downloading {', '.join(packages)} from Debian {suite}")
     with tempfile.TemporaryDirectory(prefix="debian-apt-") as tmp:
         state = Path(tmp)
         (state / "lists" / "partial").mkdir(parents=True)
@@ -141,8 +141,21 @@ def download(
         if keyring:
             stanza += f"Signed-By: {keyring}\n"
         (state / "private.sources").write_text(stanza)
-        options = _apt_options(state)
+        # An empty package database: apt resolves every dependency as for an empty system.
+        (state / "status").write_text("")
+        options = [*_apt_options(state), "-o", f"Dir::State::status={state / 'status'}"]
         run(["apt-get", *options, "update"])
+        yield options
+
+
+def download(
+    packages: Iterable[str], suite: str, dest: Path, *, log: Callable[[str], None] | None = None
+) -> list[Path]:
+    """Downloads the newest `.deb` of each package in `suite` into `dest` (replacing older ones)."""
+    packages = list(packages)
+    if log is not None:
+        log(f"downloading {', '.join(packages)} from Debian {suite}")
+    with _private_apt(suite) as options:
         dest.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix="download-", dir=dest))
         try:
@@ -155,6 +168,68 @@ def download(
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return cached_debs(packages, dest)
+
+
+def _closure_record(packages: list[str], suite: str, dest: Path) -> Path:
+    key = hashlib.sha256(orjson.dumps([suite, sorted(packages)])).hexdigest()[:16]
+    return dest / "closures" / f"{suite}-{key}.json"
+
+
+def closure(
+    packages: Iterable[str],
+    suite: str,
+    dest: Path,
+    *,
+    refresh: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """The `.deb` files of `packages` and everything they depend on (not Recommends), in `dest`.
+
+    apt resolves the dependencies as for an empty system (Depends and Pre-Depends, virtual
+    packages, alternatives), so the set is what a root filesystem made of these packages
+    needs. The resolved set is remembered in `dest/closures/`, so a later call with the same
+    packages needs no network unless `refresh`.
+    """
+    packages = sorted(set(packages))
+    record = _closure_record(packages, suite, dest)
+    if not refresh and record.is_file():
+        names = orjson.loads(record.read_bytes())
+        debs = [dest / name for name in names]
+        if all(deb.is_file() for deb in debs):
+            return debs
+    if log is not None:
+        log(f"resolving and downloading {len(packages)} packages and their dependencies from Debian {suite}")
+    with _private_apt(suite) as options:
+        dest.mkdir(parents=True, exist_ok=True)
+        cache = Path(tempfile.mkdtemp(prefix="closure-", dir=dest))
+        try:
+            (cache / "archives" / "partial").mkdir(parents=True)
+            run(
+                [
+                    "apt-get",
+                    *options,
+                    "-o",
+                    f"Dir::Cache={cache}",
+                    "install",
+                    "--download-only",
+                    "--no-install-recommends",
+                    "-y",
+                    *packages,
+                ]
+            )
+            names = []
+            for deb in sorted((cache / "archives").glob("*.deb")):
+                deb.replace(dest / deb.name)
+                names.append(deb.name)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    if not names:
+        raise ArchiveError(f"apt resolved nothing for {', '.join(packages)} in Debian {suite}")
+    record.parent.mkdir(parents=True, exist_ok=True)
+    partial = record.with_suffix(".partial")
+    partial.write_bytes(orjson.dumps(names))
+    partial.replace(record)
+    return [dest / name for name in names]
 
 
 def cached_debs(packages: Iterable[str], cache: Path) -> list[Path]:

@@ -11,6 +11,7 @@ from socialweb_computer.cli import (
     checkhost,
     credential,
     gateway,
+    image,
     install,
     internal,
     node,
@@ -19,7 +20,7 @@ from socialweb_computer.cli import (
     version,
 )
 
-COMMANDS = (apiserver, version, gateway, status, node, internal, credential, checkhost, install, upgrade)
+COMMANDS = (apiserver, version, gateway, status, node, image, internal, credential, checkhost, install, upgrade)
 
 
 class CommandError(Exception):

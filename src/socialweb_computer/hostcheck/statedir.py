@@ -116,3 +116,33 @@ def tmpdir(ctx: context.Context) -> context.Finding:
         return context.fail(f"{label} is on {mount.describe()}: {reason}, and the state directory "
                             f"{ctx.state_path} is under it")
     return context.ok(f"{label} is on {mount.fstype} ({reason}), but the state directory is not under it")
+
+
+class StateDirRefused(ValueError):
+    """The state directory cannot hold what is about to be written; the message names the fix."""
+
+
+def require_room(state_dir: str, need_mib: int, what: str, *, proc: str = "/proc") -> None:
+    """check-host's state-dir-disk and free-space checks, run before `what` writes anything.
+
+    A node's disks on a RAM-backed filesystem fail as a full filesystem partway through a boot,
+    not as a configuration error: refuse up front instead, and say how to fix it.
+    """
+    ctx = context.Context(role="node", state_dir=state_dir, proc=proc)
+    found = disk(ctx)
+    if not found.ok:
+        raise StateDirRefused(
+            f"{what}: the state directory {found.found}. Node disks and root filesystems are large "
+            "files and must be on real disk: set TMPDIR=/var/tmp/kcp (with the state directory under "
+            "it) or pass another state directory on real disk (--state-dir)"
+        )
+    existing = mounts.nearest_existing(ctx.state_path)
+    st = os.statvfs(existing)
+    free = st.f_bavail * st.f_frsize // MIB
+    if free < need_mib:
+        mount = mounts.mount_of(existing, proc)
+        raise StateDirRefused(
+            f"{what} needs {need_mib} MiB free for the state directory {ctx.state_path}, but "
+            f"{mount.point} ({mount.fstype}) has {free} MiB: free space there, or use a state "
+            "directory on a larger disk (--state-dir)"
+        )
