@@ -28,10 +28,12 @@ from typing import Any, Protocol
 import orjson
 
 from socialweb_computer.apiserver import streaming
+from socialweb_computer.clusterprovider import layout
 from socialweb_computer.node import config as node_config
 
 NODES = "nodes"
 RECORD = "record.json"
+AGENT_CA = "agent-ca.crt"  # a microVM node's own CA, which signed its agent's serving certificate
 POD_NETWORK = ipaddress.ip_network("10.244.0.0/16")
 POD_PREFIX = 24
 LABEL_BIDDER = "socialweb.computer/bidder"
@@ -62,6 +64,9 @@ class NodeHandle:
     size: node_config.Size
     created: float
     pids: dict[str, int]  # role → host pid (supervisor, init, network helper)
+    image: str = ""  # the guest image's fingerprint (microVM nodes)
+    owner: str = ""  # "<pid>:<start time>" of the gateway that rented it ("" = none: started by hand)
+    agent_port: int = 0  # the host's 127.0.0.1 port forwarded to the agent (microVM nodes)
 
     def as_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -78,6 +83,9 @@ class NodeHandle:
             size=node_config.Size(**data["size"]),
             created=float(data["created"]),
             pids={k: int(v) for k, v in data.get("pids", {}).items()},
+            image=str(data.get("image", "")),
+            owner=str(data.get("owner", "")),
+            agent_port=int(data.get("agent_port", 0)),
         )
 
 
@@ -173,6 +181,14 @@ class NodeDirectory:
             return None
         if config.get("agent_socket"):
             return streaming.NodeEndpoint(unix_socket=config["agent_socket"])
-        if config.get("agent_port"):
-            return streaming.NodeEndpoint(host="127.0.0.1", port=int(config["agent_port"]))
+        forwarded = int(record.get("agent_port") or 0)  # the host side of a microVM agent's port
+        if forwarded and config.get("agent_tls"):
+            pki = layout.StateLayout(str(self.state_dir)).cluster_pki(self.cluster)
+            return streaming.NodeEndpoint(
+                host="127.0.0.1",
+                port=forwarded,
+                ca_file=str(directory / AGENT_CA),
+                cert_file=pki.kubelet_client_cert,
+                key_file=pki.kubelet_client_key,
+            )
         return None

@@ -38,7 +38,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import orjson
+
 from socialweb_computer import binary
+from socialweb_computer.auth import pki
 from socialweb_computer.bidders import base
 from socialweb_computer.clusterprovider import credential as credential_mod
 from socialweb_computer.node import config as node_config
@@ -68,11 +71,13 @@ class SandboxBidder:
         *,
         host_ports: list[int] | None = None,
         registries: list[node_config.RegistryConfig] | None = None,
+        registry_credentials: dict[str, tuple[str, str]] | None = None,
         start_timeout: float = START_TIMEOUT,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.host_ports = list(host_ports or [])
         self.registries = list(registries or [])
+        self.registry_credentials = dict(registry_credentials or {})
         self.start_timeout = start_timeout
         self._lock = asyncio.Lock()
 
@@ -113,6 +118,8 @@ class SandboxBidder:
             )
         except credential_mod.CredentialRefused as exc:
             raise base.BidderError(f"cannot mint the node credential for {name}: {exc}") from None
+        if self.registry_credentials:
+            write_registry_credentials(node_dir.registry_credentials, self.registry_credentials)
         port = int(request.server.rsplit(":", 1)[1].split("/", 1)[0])
         (directory / "resolv.conf").write_text(f"nameserver {node_config.DNS_FROM_NODE}\n")
         _make_disk(directory / "disk.img", request.size.rootfs_mib)
@@ -221,6 +228,12 @@ def check_host() -> None:
             f"this host cannot run sandbox nodes: missing {', '.join(missing)} "
             "(run scripts/bootstrap.sh, see docs/host-contract.md)"
         )
+
+
+def write_registry_credentials(path: Path, credentials: dict[str, tuple[str, str]]) -> None:
+    """The node's own pull credentials as a docker config.json (0600), which its agent reads."""
+    auths = {host: {"username": user, "password": password} for host, (user, password) in credentials.items()}
+    pki.write_private(str(path), orjson.dumps({"auths": auths}))
 
 
 def _make_disk(path: Path, size_mib: int) -> None:

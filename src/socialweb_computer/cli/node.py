@@ -18,14 +18,16 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from socialweb_computer.bidders import base, sandbox
+from socialweb_computer.bidders import base, qemu, sandbox
 from socialweb_computer.clusterprovider import layout
+from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.node import config as node_config
 
-BIDDERS = {"sandbox": sandbox.SandboxBidder}
+BIDDERS = {"sandbox": sandbox.SandboxBidder, "qemu": qemu.QemuBidder}
 
 
 def _state_dir_argument(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="start a node for a cluster (returns once it has registered)",
         description="Start a node for a tenant cluster through a bidder and wait until its "
         "agent has registered. The sandbox bidder runs the node as host processes in "
-        "namespaces of their own: it shares the host's kernel (see docs/node.md).",
+        "namespaces of their own: it shares the host's kernel. The qemu bidder boots a microVM "
+        "from a guest image of the node's size (built first when missing; see `image`), with "
+        "a kernel of its own (see docs/node.md).",
     )
     _state_dir_argument(start)
     start.add_argument("--cluster", required=True, help="the Cluster's name")
@@ -74,6 +78,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="PORT",
         help="a port on the host's loopback the node may reach at its own 127.0.0.1:PORT "
         "(a registry); repeatable. Its cluster's apiserver is always reachable.",
+    )
+    start.add_argument(
+        "--image-config",
+        default=None,
+        metavar="FILE",
+        help="qemu: the image config the node's image is built from (sizes come from the node)",
     )
     start.add_argument("-o", "--output", choices=("name", "json"), default="name")
     start.set_defaults(run=run_start)
@@ -105,6 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     boot.add_argument("--dir", required=True, type=Path)
     boot.add_argument("--sandbox", action="store_true", help="first mount what a sandbox node needs")
+    boot.add_argument("--guest", action="store_true", help="run as a microVM's node (its control channel)")
     boot.set_defaults(run=run_boot)
 
     supervisor = inner.add_parser(
@@ -114,6 +125,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     supervisor.add_argument("--dir", required=True, type=Path)
     supervisor.set_defaults(run=run_supervisor)
+
+    qemu_supervisor = inner.add_parser(
+        "qemu-supervisor",
+        help=argparse.SUPPRESS,
+        description="Supervise one microVM node (started by the qemu bidder).",
+    )
+    qemu_supervisor.add_argument("--dir", required=True, type=Path)
+    qemu_supervisor.set_defaults(run=run_qemu_supervisor)
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -127,16 +146,19 @@ def _state_dir(args: argparse.Namespace) -> Path:
     return path
 
 
-def _size(args: argparse.Namespace) -> node_config.Size:
+def _spec(args: argparse.Namespace) -> spec_mod.GatewaySpec:
     from socialweb_computer.cli.main import CommandError
-    from socialweb_computer.gateway import spec as spec_mod
 
-    defaults = spec_mod.NodeDefaults()
-    if args.spec:
-        try:
-            defaults = spec_mod.load(args.spec).node_defaults
-        except (spec_mod.SpecError, OSError) as exc:
-            raise CommandError(str(exc)) from None
+    try:
+        return spec_mod.load(args.spec)
+    except (spec_mod.SpecError, OSError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _size(args: argparse.Namespace, spec: spec_mod.GatewaySpec) -> node_config.Size:
+    from socialweb_computer.cli.main import CommandError
+
+    defaults = spec.node_defaults
     size = node_config.Size(
         vcpu=args.vcpu or defaults.vcpu,
         mem_mib=args.mem_mib or defaults.mem_mib,
@@ -154,8 +176,30 @@ def run_start(args: argparse.Namespace) -> int:
     record = layout.StateLayout(str(state_dir)).read_cluster(args.cluster)
     if record is None:
         raise CommandError(f"no cluster {args.cluster!r} in {state_dir} (kubectl get clusters lists them)")
-    bidder = BIDDERS[args.bidder](state_dir, host_ports=args.host_port)
-    request = base.NodeRequest(cluster=args.cluster, server=record.url, size=_size(args), name=args.name)
+    spec = _spec(args)
+    try:
+        registries, credentials, registry_ports = spec_mod.node_registries(spec)
+    except spec_mod.SpecError as exc:
+        raise CommandError(str(exc)) from None
+    options: dict[str, Any] = {
+        "host_ports": sorted({*args.host_port, *registry_ports}),
+        "registries": registries,
+        "registry_credentials": credentials,
+    }
+    if args.bidder == "qemu":
+        from socialweb_computer.guest import config as image_config
+        from socialweb_computer.guest import store as image_store
+
+        try:
+            options["image"] = image_config.load(args.image_config)
+        except image_config.ImageConfigError as exc:
+            raise CommandError(str(exc)) from None
+        options["progress"] = image_store.Progress()
+    elif args.image_config:
+        raise CommandError("--image-config is for the qemu bidder: sandbox nodes boot no image")
+    bidder = BIDDERS[args.bidder](state_dir, **options)
+    size = _size(args, spec)
+    request = base.NodeRequest(cluster=args.cluster, server=record.url, size=size, name=args.name)
     try:
         handle = asyncio.run(bidder.start(request))
     except base.BidderError as exc:
@@ -204,7 +248,16 @@ def run_boot(args: argparse.Namespace) -> int:
 
     if args.sandbox:
         sandbox.prepare_inside(args.dir)
-    return boot.main(args.dir)
+    return boot.main(args.dir, guest=args.guest)
+
+
+def run_qemu_supervisor(args: argparse.Namespace) -> int:
+    import logging
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    return asyncio.run(qemu.supervise(args.dir))
 
 
 def run_supervisor(args: argparse.Namespace) -> int:

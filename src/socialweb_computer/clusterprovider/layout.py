@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import fcntl
 import os
 import shutil
 import tempfile
@@ -65,6 +66,35 @@ class PlanePki:
     @property
     def serving_key(self) -> str:
         return self.path("serving.key")
+
+    @property
+    def kubelet_client_cert(self) -> str:
+        """The apiserver's client certificate towards node agents (CN kube-apiserver-kubelet-client)."""
+        return self.path("kubelet-client.crt")
+
+    @property
+    def kubelet_client_key(self) -> str:
+        return self.path("kubelet-client.key")
+
+    def ensure_kubelet_client(self) -> None:
+        """Mints (once) the identity the apiserver presents to node agents that serve TLS.
+
+        No groups: it means something to node agents only, never to the apiserver's RBAC. A lock
+        keeps two node starts from writing the key of one pair beside the certificate of another.
+        """
+        if os.path.exists(self.kubelet_client_cert):
+            return
+        fd = os.open(self.path(".kubelet-client.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            client_ca = pki.KeyPair.load(self.client_ca, self.client_ca_key)
+            self._ensure_pair(
+                "kubelet-client",
+                lambda: pki.new_client_cert(client_ca, "kube-apiserver-kubelet-client"),
+                True,
+            )
+        finally:
+            os.close(fd)
 
     @property
     def service_account_keys(self) -> str:

@@ -21,6 +21,7 @@ import logging
 import os
 import resource as rlimit
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -33,6 +34,7 @@ from socialweb_computer.apiserver import kinds, store
 from socialweb_computer.apiserver import metrics as apiserver_metrics
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn, pki
+from socialweb_computer.bidders import qemu as qemu_bidder
 from socialweb_computer.clusterprovider import layout
 from socialweb_computer.gateway import (
     capacityview,
@@ -96,6 +98,7 @@ class Gateway:
         os.makedirs(self.state.root, mode=0o700, exist_ok=True)
         _raise_open_file_limit()
         self.state.sweep_leftovers()
+        await self._reap_nodes()
         self._backend = await self._open_store()
         mirror = None
         if self.spec.etcd is not None:
@@ -133,6 +136,16 @@ class Gateway:
         self.started_at = resource.now()
         pki.write_public(self.state.gateway_json, orjson.dumps(self.summary(), option=orjson.OPT_INDENT_2))
         log.info("gateway started: admin plane %s, HTTP API %s", self.admin_url, self.api_url)
+
+    async def _reap_nodes(self) -> None:
+        """Stops microVM nodes an earlier gateway rented and could not release (it was killed)."""
+        try:
+            reaped = await qemu_bidder.QemuBidder(Path(self.state.root)).reap()
+        except OSError as e:
+            log.warning("could not look for microVM nodes left by an earlier gateway: %s", e)
+            return
+        if reaped:
+            log.info("stopped microVM nodes left by an earlier gateway: %s", ", ".join(reaped))
 
     async def close(self) -> None:
         for runner in reversed(self._runners):

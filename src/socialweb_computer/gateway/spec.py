@@ -90,6 +90,21 @@ class EtcdSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class RegistrySpec:
+    """How nodes pull from one registry (`registries[]`); credentials by reference only."""
+
+    host: str  # as image references name it: registry.example.com, 127.0.0.1:5000
+    plain_http: bool
+    skip_verify: bool = False
+    mirrors: tuple[str, ...] = ()
+    credentials_env: str = ""  # an environment variable holding "username:password"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{'http' if self.plain_http else 'https'}://{self.host}"
+
+
+@dataclasses.dataclass(frozen=True)
 class GatewaySpec:
     address: str = DEFAULT_ADDRESS
     api_port: int = DEFAULT_API_PORT
@@ -103,6 +118,7 @@ class GatewaySpec:
     clusters: tuple[ClusterSpec, ...] = ()
     log_level: str = ""  # "" = not set here (flag, environment or INFO decide)
     log_format: str = ""  # "" = not set here (flag, environment or text decide)
+    registries: tuple[RegistrySpec, ...] = ()
 
 
 _NODE_FIELDS = {
@@ -111,8 +127,10 @@ _NODE_FIELDS = {
     "rootfsMiB": "rootfs_mib",
     "releaseAfterSeconds": "release_after_seconds",
 }
-_TOP_FIELDS = ("listen", "storage", "nodeDefaults", "clusters", "logging")
+_TOP_FIELDS = ("listen", "storage", "nodeDefaults", "clusters", "logging", "registries")
 _LOGGING_FIELDS = ("level", "format")
+_REGISTRY_FIELDS = ("host", "plainHTTP", "skipVerify", "mirrors", "credentialsEnv")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LISTEN_FIELDS = ("address", "apiPort", "adminPort", "clusterPorts")
 _STORAGE_FIELDS = ("backend", "historyLimit", "compactInterval", "etcd")
 _ETCD_FIELDS = (
@@ -168,6 +186,7 @@ def parse(document: Any, *, source: str = "spec", base_dir: str = ".") -> Gatewa
         clusters=_clusters(root.get("clusters", []), f"{source}: clusters"),
         log_level=_choice(logging.get("level", ""), f"{source}: logging.level", logs.LEVELS),
         log_format=_choice(logging.get("format", ""), f"{source}: logging.format", logs.FORMATS),
+        registries=_registries(root.get("registries", []), f"{source}: registries"),
     )
     return spec
 
@@ -301,3 +320,70 @@ def _clusters(value: Any, where: str) -> tuple[ClusterSpec, ...]:
             raise SpecError(f"{here}.running: expected true or false, got {running!r}")
         clusters.append(ClusterSpec(name, running, _node_fields(entry.get("nodes", {}), f"{here}.nodes")))
     return tuple(clusters)
+
+
+def _loopback_host(host: str) -> bool:
+    name = host.rsplit(":", 1)[0].strip("[]") if host.count(":") <= 1 or host.startswith("[") else host
+    return name in ("localhost", "::1") or name.startswith("127.")
+
+
+def _registries(value: Any, where: str) -> tuple[RegistrySpec, ...]:
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: expected a list such as [{{host: registry.example.com}}]")
+    out = []
+    for index, item in enumerate(value):
+        here = f"{where}[{index}]"
+        entry = _mapping(item, here, _REGISTRY_FIELDS)
+        host = entry.get("host")
+        if not isinstance(host, str) or not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+", host):
+            raise SpecError(f"{here}.host: expected a registry host as image references name it "
+                            f"(registry.example.com, 127.0.0.1:5000), got {host!r}")
+        flags = {}
+        for key, default in (("plainHTTP", _loopback_host(host)), ("skipVerify", False)):
+            flag = entry.get(key, default)
+            if not isinstance(flag, bool):
+                raise SpecError(f"{here}.{key}: expected true or false, got {flag!r}")
+            flags[key] = flag
+        mirrors = entry.get("mirrors", [])
+        if not isinstance(mirrors, list) or not all(
+            isinstance(m, str) and re.match(r"^https?://[^/\s]+", m) for m in mirrors
+        ):
+            raise SpecError(f"{here}.mirrors: expected a list of URLs such as https://mirror.example.com")
+        env = entry.get("credentialsEnv", "")
+        if env and (not isinstance(env, str) or not _ENV_NAME.match(env)):
+            raise SpecError(
+                f"{here}.credentialsEnv: expected the name of an environment variable, got {env!r}"
+            )
+        out.append(RegistrySpec(host, flags["plainHTTP"], flags["skipVerify"], tuple(mirrors), env or ""))
+    return tuple(out)
+
+
+def node_registries(
+    spec: GatewaySpec, env: dict[str, str] | None = None
+) -> tuple[list[Any], dict[str, tuple[str, str]], list[int]]:
+    """What a bidder gives its nodes from `registries`: the registry configs, the credentials
+    (read now from the environment they reference) and the host loopback ports they need."""
+    import os
+
+    from socialweb_computer.node import config as node_config
+
+    env = dict(os.environ) if env is None else env
+    configs, credentials, ports = [], {}, []
+    for registry in spec.registries:
+        configs.append(node_config.RegistryConfig(
+            host=registry.host, endpoint=registry.endpoint, skip_verify=registry.skip_verify,
+            mirrors=registry.mirrors,
+        ))
+        if registry.credentials_env:
+            value = env.get(registry.credentials_env, "")
+            user, sep, password = value.partition(":")
+            if not sep or not user:
+                raise SpecError(
+                    f"registries: {registry.host}: credentialsEnv names ${registry.credentials_env}, which "
+                    "is unset or not \"username:password\"; set it in the gateway's environment file"
+                )
+            credentials[registry.host] = (user, password)
+        for address in (registry.host, *(m.split("://", 1)[1].split("/", 1)[0] for m in registry.mirrors)):
+            if _loopback_host(address) and ":" in address:
+                ports.append(int(address.rsplit(":", 1)[1]))
+    return configs, credentials, sorted(set(ports))

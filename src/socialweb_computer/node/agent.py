@@ -94,7 +94,9 @@ class Agent:
             client=self.client,
             runtime=self.runtime,
             pleg=self.pleg,
-            images=images.ImageManager(self.runtime),
+            images=images.ImageManager(
+                self.runtime, node_secrets=images.node_credentials(self.node_dir.registry_credentials)
+            ),
             recorder=self.recorder,
             settings=podspec.NodeSettings(
                 name=self.config.name,
@@ -110,6 +112,8 @@ class Agent:
         await self.register()
         if self.config.agent_socket:
             self._server = await server.serve(self, self.config.agent_socket)
+        elif self.config.agent_port and self.config.agent_tls:
+            self._server = await server.serve_tls(self, self.config.agent_port, self.node_dir.credential)
         self.informer = informer_mod.Informer(
             self.client,
             "/api/v1/pods",

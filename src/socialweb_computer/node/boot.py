@@ -7,6 +7,11 @@ namespace with a default route through the user-mode network (the host's loopbac
 
 On SIGTERM the agent stops and containerd is stopped; the pods' processes end with the
 node (the sandbox's PID namespace, or the guest's power-off).
+
+In a guest (`--guest`) the bidder is on the other end of a virtio-serial port (`control`):
+the agent says `booting`, then `ready` once its Node is registered (or `failed <why>`), and
+a `stop` line from the bidder is a SIGTERM. The node reaches its host ports over TCP at the
+user network's host address (`host_address`), and serves its API with TLS (`agent_tls`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ import contextlib
 import ipaddress
 import json
 import logging
+import os
 import signal
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -90,18 +98,89 @@ def write_network_config(config: config_mod.NodeConfig, paths: containerd.Paths)
     ipam.mkdir(parents=True, exist_ok=True)
     (paths.cni_conf_dir / "10-pods.conflist").write_text(cni_conflist(config, ipam))
     containerd.write_registry_config(
-        paths, [containerd.Registry(r.host, r.endpoint, r.skip_verify) for r in config.registries]
+        paths,
+        [containerd.Registry(r.host, r.endpoint, r.skip_verify, r.mirrors) for r in config.registries],
     )
 
 
-async def run(node_dir: config_mod.NodeDir, *, ready_file: Path | None = None) -> int:
+CONTROL_PORTS = Path("/sys/class/virtio-ports")
+
+
+class Control:
+    """The guest's end of the bidder's control channel (a virtio-serial port, found by name)."""
+
+    def __init__(self, name: str) -> None:
+        self.fd = -1
+        for port in sorted(CONTROL_PORTS.glob("*")) if CONTROL_PORTS.is_dir() else []:
+            with contextlib.suppress(OSError):
+                if (port / "name").read_text().strip() == name:
+                    self.fd = os.open(f"/dev/{port.name}", os.O_RDWR | os.O_CLOEXEC)
+                    break
+        if self.fd < 0:
+            log.warning("no control port %s: the bidder will not hear from this node", name)
+
+    def send(self, message: str) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self.fd, message.replace("\n", " ").encode()[:4000] + b"\n")
+
+    def on_stop(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        """Sets `stop` when the bidder sends `stop` (read in a thread: the port is a character device)."""
+        if self.fd < 0:
+            return
+
+        def read() -> None:
+            buffered = b""
+            while True:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:
+                    return
+                if not chunk:
+                    time.sleep(0.2)  # the host end is not connected (yet)
+                    continue
+                buffered += chunk
+                while b"\n" in buffered:
+                    line, buffered = buffered.split(b"\n", 1)
+                    if line.strip() == b"stop":
+                        loop.call_soon_threadsafe(stop.set)
+
+        threading.Thread(target=read, name="control", daemon=True).start()
+
+
+async def run(node_dir: config_mod.NodeDir, *, ready_file: Path | None = None, guest: bool = False) -> int:
     config = config_mod.NodeConfig.read(node_dir.path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signo in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signo, stop.set)
+    control = Control(config.control_port) if guest and config.control_port else None
+    if control is not None:
+        control.send("booting")
+        control.on_stop(loop, stop)
+    if guest:
+        socket.sethostname(config.name)
+    try:
+        return await _run(config, node_dir, stop, ready_file, control)
+    except Exception as exc:
+        if control is not None:
+            control.send(f"failed {exc}")
+        raise
+
+
+async def _run(
+    config: config_mod.NodeConfig,
+    node_dir: config_mod.NodeDir,
+    stop: asyncio.Event,
+    ready_file: Path | None,
+    control: Control | None,
+) -> int:
     await wait_for_network()
-    forwarders = await hostports.serve_in_node(config.host_ports, Path(config.host_socket_dir))
+    forwarders = await hostports.serve_in_node(
+        config.host_ports,
+        Path(config.host_socket_dir) if config.host_socket_dir else None,
+        host_address=config.host_address,
+    )
     paths = containerd_paths(config)
     write_network_config(config, paths)
     daemon = containerd.Containerd(
@@ -115,9 +194,13 @@ async def run(node_dir: config_mod.NodeDir, *, ready_file: Path | None = None) -
         await agent.start()
         if ready_file is not None:
             ready_file.write_text(f"{config.name}\n")
+        if control is not None:
+            control.send("ready")
         log.info("node %s is up", config.name)
         await stop.wait()
         log.info("node %s is stopping", config.name)
+        if control is not None:
+            control.send("stopping")
     finally:
         if agent is not None:
             await agent.close()
@@ -127,8 +210,9 @@ async def run(node_dir: config_mod.NodeDir, *, ready_file: Path | None = None) -
     return 0
 
 
-def main(node_dir: Path) -> int:
+def main(node_dir: Path, *, guest: bool = False) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ready_file = None if guest else node_dir / "ready"
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(run(config_mod.NodeDir(node_dir), ready_file=node_dir / "ready"))
+        return asyncio.run(run(config_mod.NodeDir(node_dir), ready_file=ready_file, guest=guest))
     return 0

@@ -41,6 +41,10 @@ class NodeDir:
     def logs(self) -> Path:  # the agent's and containerd's own logs (pod logs live on the data disk)
         return self.path / "logs"
 
+    @property
+    def registry_credentials(self) -> Path:  # node-wide pull credentials (a docker config.json), 0600
+        return self.credential / "registries.json"
+
 
 @dataclasses.dataclass(frozen=True)
 class Size:
@@ -52,11 +56,16 @@ class Size:
 
 @dataclasses.dataclass(frozen=True)
 class RegistryConfig:
-    """One registry as image references name it (`host`), and where the node reaches it."""
+    """One registry as image references name it (`host`), and where the node reaches it.
+
+    `endpoint` is scheme://host[:port] (http:// for a plain-HTTP registry); `mirrors` are
+    tried first, in order, for pulls (containerd's hosts.toml).
+    """
 
     host: str
     endpoint: str
     skip_verify: bool = False
+    mirrors: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +89,15 @@ class NodeConfig:
     host_ports: list[int]  # host loopback ports the node reaches at its own 127.0.0.1:<port>
     host_socket_dir: str  # where the host side of those ports listens (unix sockets)
     cni_bin_dir: str = "/usr/lib/cni"
+    # A guest reaches the host's ports over TCP at this address (QEMU's user network puts the
+    # host at 10.0.2.2); empty: through the unix sockets in host_socket_dir (a sandbox).
+    host_address: str = ""
+    # Serve the agent's API with TLS on agent_port, to clients with a certificate from the
+    # cluster's ClientCA for kube-apiserver-kubelet-client (credential/agent.*, client-ca.crt).
+    agent_tls: bool = False
+    # The name of the virtio-serial port the bidder talks to the guest through ("" = none).
+    control_port: str = ""
+    image: str = ""  # the guest image's fingerprint (microVM nodes)
     lease_seconds: int = 40
     heartbeat_seconds: float = 10.0
     status_report_seconds: float = 60.0
@@ -101,7 +119,10 @@ class NodeConfig:
             raise ConfigError(f"cannot read {directory / FILE}: {exc}") from None
         try:
             raw["size"] = Size(**raw["size"])
-            raw["registries"] = [RegistryConfig(**r) for r in raw.get("registries", [])]
+            raw["registries"] = [
+                RegistryConfig(**{**r, "mirrors": tuple(r.get("mirrors", ()))})
+                for r in raw.get("registries", [])
+            ]
             config = cls(**raw)
         except (TypeError, KeyError) as exc:
             raise ConfigError(f"{directory / FILE} is not a node configuration: {exc}") from None

@@ -42,6 +42,7 @@ class Registry:
     host: str
     endpoint: str  # scheme://host:port the node dials (http:// means plain HTTP)
     skip_verify: bool = False
+    mirrors: tuple[str, ...] = ()  # tried first, in order, for pulls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,12 +121,10 @@ oom_score = 0
 
 
 def render_hosts_toml(registry: Registry) -> str:
-    lines = [
-        f"server = {_toml(registry.endpoint)}",
-        "",
-        f"[host.{_toml(registry.endpoint)}]",
-        '  capabilities = ["pull", "resolve"]',
-    ]
+    lines = [f"server = {_toml(registry.endpoint)}"]
+    for mirror in registry.mirrors:
+        lines += ["", f"[host.{_toml(mirror)}]", '  capabilities = ["pull", "resolve"]']
+    lines += ["", f"[host.{_toml(registry.endpoint)}]", '  capabilities = ["pull", "resolve"]']
     if registry.skip_verify:
         lines.append("  skip_verify = true")
     return "\n".join(lines) + "\n"

@@ -110,10 +110,26 @@ class Pulled:
     size: int
 
 
+def node_credentials(path: Any) -> list[Object]:
+    """The node's own pull credentials (a docker config.json the bidder wrote), as a pull Secret.
+
+    Like a kubelet's node-wide `config.json`: used for a registry that none of the pod's
+    `imagePullSecrets` names.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return []
+    return [{"data": {".dockerconfigjson": base64.b64encode(raw).decode()}}]
+
+
 class ImageManager:
-    def __init__(self, runtime: cri.Runtime, *, clock: Any = time.monotonic) -> None:
+    def __init__(
+        self, runtime: cri.Runtime, *, clock: Any = time.monotonic, node_secrets: list[Object] | None = None
+    ) -> None:
         self.runtime = runtime
         self.clock = clock
+        self.node_secrets = list(node_secrets or [])
         self._backoff: dict[tuple[str, str], _Backoff] = {}
 
     def in_backoff(self, pod_uid: str, image: str) -> _Backoff | None:
@@ -149,7 +165,8 @@ class ImageManager:
             on_pull_start()
         started = time.monotonic()
         try:
-            ref = await self.runtime.pull_image(image, auth_for(image, secrets), sandbox_config)
+            auth = auth_for(image, secrets) or auth_for(image, self.node_secrets)
+            ref = await self.runtime.pull_image(image, auth, sandbox_config)
         except cri.CriError as exc:
             previous = self._backoff.get((pod_uid, image))
             delay = INITIAL_BACKOFF if previous is None else min(previous.delay * 2, MAX_BACKOFF)

@@ -2,7 +2,11 @@
 
 On a sandbox node it listens on a unix socket in the node's directory (0600, in a 0700
 directory of the gateway's account): the filesystem is the authentication, and nothing
-listens on TCP. Paths are a kubelet's:
+listens on TCP. A microVM node's agent listens on TCP inside its guest (reached from the host
+only through the QEMU supervisor's loopback forward, and also reachable from the guest's own
+pods), so it authenticates the apiserver as a kubelet does: TLS with its own serving
+certificate, and a client certificate signed by the cluster's ClientCA whose CommonName is
+`kube-apiserver-kubelet-client`; anything else gets 401 or 403. Paths are a kubelet's:
 
     GET /healthz
     GET /containerLogs/{namespace}/{pod}/{container}?follow=&previous=&timestamps=&tailLines=
@@ -17,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +34,8 @@ if TYPE_CHECKING:
     from socialweb_computer.node import agent as agent_mod
 
 AGENT: web.AppKey[Any] = web.AppKey("agent", object)
+# The identity the apiserver presents to agents (upstream: kube-apiserver-kubelet-client).
+APISERVER_CLIENT = "kube-apiserver-kubelet-client"
 
 
 def status(code: int, reason: str, message: str) -> web.Response:
@@ -123,8 +130,28 @@ async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def application(agent: agent_mod.Agent) -> web.Application:
-    app = web.Application()
+def _peer_common_name(request: web.Request) -> str:
+    ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+    cert = ssl_object.getpeercert() if ssl_object is not None else None
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
+
+
+@web.middleware
+async def require_apiserver(request: web.Request, handler: Any) -> web.StreamResponse:
+    name = _peer_common_name(request)
+    if not name:
+        return status(401, "Unauthorized", "Unauthorized")
+    if name != APISERVER_CLIENT:
+        return status(403, "Forbidden", f'User "{name}" cannot use the node agent\'s API')
+    return await handler(request)
+
+
+def application(agent: agent_mod.Agent, *, tls: bool = False) -> web.Application:
+    app = web.Application(middlewares=[require_apiserver] if tls else [])
     app[AGENT] = agent
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
@@ -139,4 +166,21 @@ async def serve(agent: agent_mod.Agent, socket_path: str) -> web.AppRunner:
     site = web.UnixSite(runner, socket_path)
     await site.start()
     os.chmod(socket_path, 0o600)
+    return runner
+
+
+def tls_context(credential: Path) -> ssl.SSLContext:
+    """The agent's TLS: its serving certificate; client certificates from the cluster's ClientCA."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(credential / "client-ca.crt"))
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(credential / "agent.crt"), str(credential / "agent.key"))
+    return context
+
+
+async def serve_tls(agent: agent_mod.Agent, port: int, credential: Path) -> web.AppRunner:
+    runner = web.AppRunner(application(agent, tls=True), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "0.0.0.0", port, ssl_context=tls_context(credential), reuse_address=True)
+    await site.start()
     return runner

@@ -31,6 +31,8 @@ NODE_PROGRAMS = (
     "tini",
     "pause",
     "sandbox-supervisor",
+    "qemu-supervisor",
+    "qemu-system",
     "node boot",
 )
 

@@ -11,6 +11,7 @@ own. Registered as subresource handlers by `gateway/tenants.py`.
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from typing import Protocol
 
 import aiohttp
@@ -18,20 +19,39 @@ import aiohttp
 
 @dataclasses.dataclass(frozen=True)
 class NodeEndpoint:
-    """How to reach one node's agent: a unix socket (sandbox) or a TCP address with TLS."""
+    """How to reach one node's agent: a unix socket (sandbox) or a TCP address with TLS.
+
+    Over TCP (a loopback port forwarded to a microVM's agent: any local account can connect
+    to it) both sides authenticate: the agent's certificate is verified against `ca_file`
+    (that node's own CA), and the apiserver presents `cert_file`/`key_file`, its
+    kube-apiserver-kubelet-client identity from the cluster's ClientCA.
+    """
 
     unix_socket: str = ""
     host: str = ""
     port: int = 0
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.ca_file:
+            return None
+        context = ssl.create_default_context(cafile=self.ca_file)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
 
     def connector(self) -> aiohttp.BaseConnector:
         if self.unix_socket:
             return aiohttp.UnixConnector(path=self.unix_socket)
-        return aiohttp.TCPConnector()
+        context = self.ssl_context()
+        return aiohttp.TCPConnector(ssl=context) if context is not None else aiohttp.TCPConnector()
 
     @property
     def base_url(self) -> str:
-        return "http://node" if self.unix_socket else f"http://{self.host}:{self.port}"
+        if self.unix_socket:
+            return "http://node"
+        return f"{'https' if self.ca_file else 'http'}://{self.host}:{self.port}"
 
 
 class NodeDialer(Protocol):
