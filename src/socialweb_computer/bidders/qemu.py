@@ -325,7 +325,7 @@ class QemuBidder:
         ]
         for name in stale:
             log.info("stopping microVM node %s, left by a process that is gone", name)
-            await self.stop(name, grace=5.0)
+        await asyncio.gather(*(self.stop(name, grace=5.0) for name in stale))
         return stale
 
 
