@@ -61,11 +61,12 @@ from typing import Any
 
 import orjson
 
-from socialweb_computer import binary
+from socialweb_computer import binary, debian
 from socialweb_computer.auth import pki
 from socialweb_computer.bidders import base, sandbox
 from socialweb_computer.clusterprovider import credential as credential_mod
 from socialweb_computer.clusterprovider import layout
+from socialweb_computer.guest import build as image_build
 from socialweb_computer.guest import config as image_config
 from socialweb_computer.guest import store as image_store
 from socialweb_computer.hostcheck import context as check_context
@@ -148,15 +149,10 @@ class QemuBidder:
             statedir.require_room(
                 str(self.state_dir), image.rootfs_mib + DISK_MARGIN_MIB, f"booting the microVM node {name}"
             )
-        except (image_config.ImageConfigError, image_store.ImageError, statedir.StateDirRefused) as exc:
+        except (image_config.ImageConfigError, statedir.StateDirRefused) as exc:
             raise base.BidderError(str(exc)) from None
-        except Exception as exc:
-            from socialweb_computer import debian
-            from socialweb_computer.guest import build as image_build
-
-            if isinstance(exc, image_build.BuildError | debian.ArchiveError):
-                raise base.BidderError(f"cannot build the guest image for {name}: {exc}") from None
-            raise
+        except (image_build.BuildError, debian.ArchiveError, OSError) as exc:
+            raise base.BidderError(f"cannot build the guest image for {name}: {exc}") from None
         async with self._lock:
             directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             try:

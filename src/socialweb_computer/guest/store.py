@@ -41,10 +41,6 @@ _SCRATCH = ".build-"
 BUILD_MARGIN_MIB = 1024
 
 
-class ImageError(RuntimeError):
-    """An image could not be ensured; the message says why and how to fix it."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Image:
     directory: Path
