@@ -237,3 +237,23 @@ def test_no_agent_binary_says_how_to_build_one(tmp_path: Path) -> None:
     script.write_text("#!/bin/sh\n")
     with pytest.raises(config_mod.ImageConfigError, match="not an executable binary"):
         config_mod.agent_binary(config_mod.ImageConfig(agent=script))
+
+
+def test_an_image_another_process_built_while_this_one_waited_is_reused(agent: Path, tmp_path: Path) -> None:
+    """Two node starts of one new size: the second waits on the first's build lock, then uses it."""
+    import threading
+
+    store = store_mod.Store(tmp_path / "state", cache_dir=tmp_path / "cache")
+    config = _config(agent)
+    fingerprint, _ = store.fingerprint(config)
+    results: list[tuple[store_mod.Image, str]] = []
+    store.root.mkdir(parents=True)
+    with store._lock(fingerprint):  # "another process" is building it
+        waiter = threading.Thread(target=lambda: results.append(store.ensure(config)))
+        waiter.start()
+        waiter.join(timeout=2.0)
+        assert waiter.is_alive(), "ensure waits for the build in progress"
+        _stored(store, fingerprint, config)
+    waiter.join(timeout=30.0)
+    assert [state for _, state in results] == ["reused"]
+    assert not (tmp_path / "cache").exists(), "nothing was built a second time"
