@@ -89,6 +89,7 @@ REGISTER_TIMEOUT = 300.0  # from then to the Node registered
 BOOT_ATTEMPTS = 3
 STOP_GRACE = 30.0
 CONFIG_DISK_MIB = 4
+TCG_CACHE_MIB = 128
 # Room beyond the node's disk: logs, the config disk.
 DISK_MARGIN_MIB = 256
 NAMESPACE_RESOLVER = "10.0.2.3"  # slirp4netns' resolver, for QEMU's own DNS forwarding
@@ -670,7 +671,9 @@ class Supervisor:
             "-M",
             "pc",
             "-accel",
-            accel,
+            # TCG's translation cache defaults to 1 GiB and fills as the guest runs new code (the
+            # agent, containerd, each job's tools): bounded, it keeps a node's RSS near its memory.
+            accel if accel == "kvm" else f"tcg,tb-size={TCG_CACHE_MIB}",
             "-cpu",
             "host" if accel == "kvm" else "max",
             "-smp",
