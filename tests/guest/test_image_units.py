@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import lzma
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -257,3 +258,24 @@ def test_an_image_another_process_built_while_this_one_waited_is_reused(agent: P
     waiter.join(timeout=30.0)
     assert [state for _, state in results] == ["reused"]
     assert not (tmp_path / "cache").exists(), "nothing was built a second time"
+
+
+def test_a_microvm_node_on_a_tmpfs_state_directory_is_refused_before_anything_boots(agent: Path) -> None:
+    import asyncio
+
+    from socialweb_computer.bidders import base, qemu
+    from socialweb_computer.node import config as node_config
+
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("no QEMU here (scripts/bootstrap.sh installs it)")
+    state = _tmpfs() / f"socialweb-test-{os.getpid()}-{os.urandom(3).hex()}"
+    state.mkdir()
+    try:
+        bidder = qemu.QemuBidder(state, image=_config(agent))
+        request = base.NodeRequest(cluster="ci", server="https://127.0.0.1:6444",
+                                   size=node_config.Size(2, 2048, 8192))
+        with pytest.raises(base.BidderError, match=r"TMPDIR=/var/tmp/kcp"):
+            asyncio.run(bidder.start(request))
+        assert list(state.iterdir()) == [], "no image, no node directory, no process"
+    finally:
+        state.rmdir()
