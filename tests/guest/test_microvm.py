@@ -10,7 +10,7 @@ One image per run (the session's `guest_image`), two boots in this module:
   never starts, with `no space left on device`; `kill -9` of its QEMU makes it NotReady.
 
 The gateway's node monitor grace period is short here (SOCIALWEB_NODE_MONITOR_GRACE_PERIOD).
-Until the Node authorizer lands, nodes get a temporary ClusterRoleBinding (as tests/node do).
+Nodes are held to the Node authorizer and NodeRestriction, with no extra RBAC.
 Exec into a microVM node's pod comes with the streaming work.
 """
 
@@ -43,7 +43,9 @@ from socialweb_computer.testing import images, nodes
 
 from .conftest import TEST_SIZE, share_images
 
-pytestmark = pytest.mark.slow
+# The first test's setup builds the agent binary and the run's image, and each boot under TCG on
+# a busy 2-core machine takes minutes: far beyond the suite's default per-test timeout.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 GRACE = "10"
 
@@ -99,15 +101,6 @@ def gateway(state_dir: Path, before: nodes.HostSnapshot) -> Iterator[gateway_mod
     )
     try:
         gw.wait_phase("ci", "Ready", timeout=60)
-        # TEMPORARY until the Node authorizer lands on main: nodes may do what the node rules allow.
-        kubectl(
-            gw,
-            "create",
-            "clusterrolebinding",
-            "nodes-until-node-authorizer",
-            "--clusterrole=cluster-admin",
-            "--group=system:nodes",
-        )
         yield gw
     finally:
         gw.stop()

@@ -183,12 +183,11 @@ class QemuBidder:
         try:
             credential = staging / "credential"
             try:
-                credential_mod.mint_tenant_credential_for_cluster_as(
+                credential_mod.mint_node_credential_for_cluster(
                     state_dir=str(self.state_dir),
                     cluster=request.cluster,
                     server=request.server,
-                    common_name=f"system:node:{name}",
-                    organizations=["system:nodes"],
+                    node=name,
                     out_dir=str(credential),
                 )
             except credential_mod.CredentialRefused as exc:

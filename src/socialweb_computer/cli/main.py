@@ -20,7 +20,9 @@ from socialweb_computer.cli import (
     version,
 )
 
-COMMANDS = (apiserver, version, gateway, status, node, image, internal, credential, checkhost, install, upgrade)
+COMMANDS = (
+    apiserver, version, gateway, status, node, image, internal, credential, checkhost, install, upgrade,
+)
 
 
 class CommandError(Exception):
