@@ -39,6 +39,8 @@ FAKE_TOOLS = {
                           ' echo "Copyright (c) 2003-2022 Fabrice Bellard";;\n'
                           '  -accel) printf "Accelerators supported in QEMU binary:\\ntcg\\nkvm\\n";;\n'
                           'esac\n',
+    "qemu-img": 'echo "qemu-img version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"\n',
+    "depmod": 'echo "kmod version 30"; echo "+ZSTD +XZ -ZLIB +LIBCRYPTO -EXPERIMENTAL"\n',
     "runc": 'echo "runc version 1.1.5"; echo "commit: v1.1.5"; echo "spec: 1.0.2-dev"\n',
     "containerd": 'echo "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3"\n',
     "slirp4netns": 'echo "slirp4netns version 1.2.0"; echo "commit: 656041d4"\n',

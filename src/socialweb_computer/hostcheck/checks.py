@@ -95,8 +95,8 @@ CHECKS: tuple[Check, ...] = (
           "none needed",
           noderuntime.oom_score_adj),
     Check("node-devices",
-          "A sandbox node needs /dev/net/tun for its user-mode network and loop devices for its disk. "
-          "Required for role node; for role gateway it is optional.",
+          "Every node's user-mode network (slirp4netns) needs /dev/net/tun; a sandbox node also needs loop "
+          "devices for its disk (required for role node, optional for role gateway).",
           "load the tun and loop modules (modprobe tun loop) or give the account access to the devices",
           noderuntime.devices),
     Check("kvm",

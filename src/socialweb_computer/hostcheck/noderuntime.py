@@ -70,8 +70,9 @@ def oom_score_adj(ctx: context.Context) -> context.Finding:
 
 
 def devices(ctx: context.Context) -> context.Finding:
-    needed = {"/dev/net/tun": "slirp4netns' network", "/dev/loop-control": "node disks (loop-mounted ext4)"}
-    missing = [f"{path} ({what})" for path, what in needed.items() if not os.path.exists(path)]
-    if missing:
-        return _optional(ctx, f"missing {', '.join(missing)}")
+    # Every node's network goes through slirp4netns (a tap device); only sandbox nodes loop-mount a disk.
+    if not os.path.exists("/dev/net/tun"):
+        return context.fail("missing /dev/net/tun (slirp4netns' network, for every node)")
+    if not os.path.exists("/dev/loop-control"):
+        return _optional(ctx, "missing /dev/loop-control (sandbox node disks, loop-mounted ext4)")
     return context.ok("/dev/net/tun and /dev/loop-control present")

@@ -66,6 +66,16 @@ TOOLS = (
              "point), which QEMU supports since 4.0; without KVM, QEMU must offer TCG.",
          fix="install QEMU 4.0 or later with TCG (Debian: apt-get install qemu-system-x86)",
          extra=_qemu_accelerators),
+    Tool("qemu-img", "qemu-img", ("--version",), r"qemu-img version (\d+)\.(\d+)(?:\.(\d+))?", (4, 0), BOTH,
+         without="",
+         why="Each microVM node boots from a copy-on-write disk (qcow2) over its image's shared root "
+             "filesystem, made with qemu-img, so a boot copies nothing.",
+         fix="install qemu-img 4.0 or later (Debian: apt-get install qemu-utils)"),
+    Tool("depmod", "depmod", ("--version",), r"kmod version (\d+)", (25,), BOTH,
+         without="",
+         why="A guest image build indexes the kernel modules it puts into the image with kmod's depmod "
+             "(the guest loads its network and filesystem drivers on demand).",
+         fix="install kmod (Debian: apt-get install kmod) and put /usr/sbin on {user}'s PATH"),
     Tool("runc", "runc", ("--version",), r"runc version (\d+)\.(\d+)(?:\.(\d+))?", (1, 1),
          frozenset({"node"}),
          without="no sandbox nodes on this host; microVM nodes are unaffected",
@@ -81,10 +91,11 @@ TOOLS = (
          fix="install containerd 1.6 or later (Debian: apt-get install containerd), or remove the old one "
              "from PATH"),
     Tool("slirp4netns", "slirp4netns", ("--version",), r"slirp4netns version (\d+)\.(\d+)(?:\.(\d+))?",
-         (1, 0), frozenset({"node"}),
-         without="no sandbox nodes on this host; microVM nodes are unaffected",
-         why="A sandbox node's network namespace reaches the outside through slirp4netns' user-mode network "
-             "(no bridge or route on the host, and no access to the host's loopback).",
+         (1, 0), BOTH,
+         without="",
+         why="A node's network namespace (a sandbox node's, or the one a microVM node's QEMU runs in) "
+             "reaches the outside through slirp4netns' user-mode network (no bridge or route on the host, "
+             "and no access to the host's loopback).",
          fix="install slirp4netns 1.0 or later (Debian: apt-get install slirp4netns)"),
     Tool("tini", "tini", ("--version",), r"tini version (\d+)\.(\d+)(?:\.(\d+))?", (0, 18),
          frozenset({"node"}),
