@@ -65,6 +65,12 @@ async def test_the_agent_answers_only_the_apiserver_identity(tmp_path: Path) -> 
 
         assert endpoint("apiserver").base_url == f"https://127.0.0.1:{port}"
         assert await _get(endpoint("apiserver"), "/healthz") == (200, {"text": "ok"})
+        # The raw connection streaming upgrades use (exec, attach, port-forward) is the same TLS.
+        reader, writer = await endpoint("apiserver").open_connection()
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+        answer = await reader.read()
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok")
         status, body = await _get(endpoint("runner"), "/healthz")
         assert status == 403 and body["reason"] == "Forbidden" and "gitlab-runner" in body["message"]
         # A certificate from another CA does not get past the handshake.

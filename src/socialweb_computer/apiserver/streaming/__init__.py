@@ -10,6 +10,7 @@ own. Registered as subresource handlers by `gateway/tenants.py`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import ssl
 from typing import Protocol
@@ -52,6 +53,21 @@ class NodeEndpoint:
         if self.unix_socket:
             return "http://node"
         return f"{'https' if self.ca_file else 'http'}://{self.host}:{self.port}"
+
+    async def open_connection(
+        self, *, limit: int = 2**16
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A raw connection to the agent (for upgrades passed on as bytes), with TLS over TCP."""
+        if self.unix_socket:
+            return await asyncio.open_unix_connection(self.unix_socket, limit=limit)
+        context = self.ssl_context()
+        return await asyncio.open_connection(
+            self.host,
+            self.port,
+            ssl=context,
+            server_hostname=self.host if context is not None else None,
+            limit=limit,
+        )
 
 
 class NodeDialer(Protocol):
