@@ -184,13 +184,14 @@ async def test_cluster_ip_allocation(env: Env) -> None:
         ips.add((await env.service(f"s{i}"))["spec"]["clusterIP"])
     assert len(ips) == 21
 
-    taken = await env.service("fixed", clusterIP="10.96.0.10")
-    assert taken["spec"]["clusterIP"] == "10.96.0.10"
+    # 10.96.0.10 is kube-system/kube-dns's (serviceips.OWN_SERVICES).
+    taken = await env.service("fixed", clusterIP="10.96.0.11")
+    assert taken["spec"]["clusterIP"] == "10.96.0.11"
     with pytest.raises(errors.StatusError) as e:
-        await env.service("again", clusterIP="10.96.0.10")
+        await env.service("again", clusterIP="10.96.0.11")
     assert e.value.code == 422
     assert e.value.message == ('Service "again" is invalid: spec.clusterIPs: Invalid value: '
-                               '[]string{"10.96.0.10"}: failed to allocate IP 10.96.0.10: provided IP is '
+                               '[]string{"10.96.0.11"}: failed to allocate IP 10.96.0.11: provided IP is '
                                "already allocated")
     with pytest.raises(errors.StatusError) as e:
         await env.service("outside", clusterIP="192.168.0.1")
@@ -199,7 +200,7 @@ async def test_cluster_ip_allocation(env: Env) -> None:
 
     # Deleting the Service frees the address.
     await env.store.delete(env.kinds["services"], "t", "fixed", store.DeleteOptions())
-    assert (await env.service("again", clusterIP="10.96.0.10"))["spec"]["clusterIP"] == "10.96.0.10"
+    assert (await env.service("again", clusterIP="10.96.0.11"))["spec"]["clusterIP"] == "10.96.0.11"
 
 
 async def test_concurrent_requests_for_one_address(env: Env) -> None:

@@ -9,7 +9,8 @@ never hand out an address twice.
 
 Who calls it: `controllers.manager.Manager` creates one `Allocator` per logical cluster
 (which hooks itself into the store) and calls `start()`, which also creates the `kubernetes`
-Service in `default` with the first address, 10.96.0.1, as kube-apiserver does.
+Service in `default` with the first address, 10.96.0.1, as kube-apiserver does, and
+`kube-system/kube-dns` at 10.96.0.10, the address every node serves the cluster DNS at.
 
 Concurrency: `before_write` runs synchronously inside the store's create/update, so checking
 and reserving a value is atomic on the event loop. A reservation becomes ownership when the
@@ -19,7 +20,9 @@ after `RESERVATION_TTL` seconds.
 
 from __future__ import annotations
 
+import copy
 import ipaddress
+import logging
 import random
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -29,6 +32,8 @@ from socialweb_computer.api import errors, gofmt
 from socialweb_computer.apiserver import kinds
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.apiserver.strategies import core
+
+log = logging.getLogger(__name__)
 
 Object = dict[str, Any]
 Owner = tuple[str, str]
@@ -41,6 +46,27 @@ RESERVATION_TTL = 10.0
 _STATIC_BAND = min(max(16, SERVICE_CIDR.num_addresses // 16), 256)
 _FIRST, _LAST = 1, SERVICE_CIDR.num_addresses - 2  # no network or broadcast address
 KUBERNETES_SERVICE_IP = str(SERVICE_CIDR[1])
+# The cluster DNS's address, the kubeadm default; every node answers it itself (node/dns.py).
+CLUSTER_DNS_IP = str(SERVICE_CIDR[10])
+
+# Services a cluster makes for itself, in the static band of the range: the apiserver's, as
+# kube-apiserver makes it, and the cluster DNS's, as kubeadm's DNS addon does (without a
+# selector: no pods back it, each node serves that address itself).
+OWN_SERVICES: tuple[Object, ...] = (
+    {
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"type": "ClusterIP", "clusterIP": KUBERNETES_SERVICE_IP, "sessionAffinity": "None",
+                 "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]},
+    },
+    {
+        "metadata": {"name": "kube-dns", "namespace": "kube-system",
+                     "labels": {"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true"}},
+        "spec": {"type": "ClusterIP", "clusterIP": CLUSTER_DNS_IP, "sessionAffinity": "None",
+                 "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                           {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]},
+    },
+)
 
 
 class _Pool:
@@ -138,27 +164,26 @@ class Allocator:
         return kind
 
     async def start(self) -> None:
-        """Rebuild from the stored Services, then make sure `default/kubernetes` exists."""
+        """Rebuild from the stored Services, then make sure the cluster's own Services exist."""
         listed = await self.store.list(self._services, "", store_mod.ListOptions())
         for svc in listed["items"]:
             self._record(svc)
-        if not any(svc["metadata"]["name"] == "kubernetes" and svc["metadata"].get("namespace") == "default"
-                   for svc in listed["items"]):
-            await self._ensure_kubernetes_service()
+        present = {(svc["metadata"].get("namespace"), svc["metadata"]["name"]) for svc in listed["items"]}
+        for own in OWN_SERVICES:
+            if (own["metadata"]["namespace"], own["metadata"]["name"]) not in present:
+                await self._ensure_own_service(own)
 
-    async def _ensure_kubernetes_service(self) -> None:
-        svc = {
-            "metadata": {"name": "kubernetes", "namespace": "default",
-                         "labels": {"component": "apiserver", "provider": "kubernetes"}},
-            "spec": {"type": "ClusterIP", "clusterIP": KUBERNETES_SERVICE_IP, "sessionAffinity": "None",
-                     "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]},
-        }
+    async def _ensure_own_service(self, svc: Object) -> None:
+        namespace = svc["metadata"]["namespace"]
         try:
-            await self.store.create(self._services, "default", svc,
+            await self.store.create(self._services, namespace, copy.deepcopy(svc),
                                     store_mod.WriteOptions(field_manager="kube-apiserver"))
         except errors.StatusError as e:
-            # Already there after a restart; a cluster without `default` (bare test stores) has none.
-            if e.code not in (404, 409):
+            # Already there after a restart; a cluster without the namespace (bare test stores) has none.
+            if e.code == 422:
+                # A Service of an older cluster holds the address: it keeps it, and says why.
+                log.warning("cannot create %s/%s: %s", namespace, svc["metadata"]["name"], e.message)
+            elif e.code not in (404, 409):
                 raise
 
     # ------------------------------------------------------------------ hooks

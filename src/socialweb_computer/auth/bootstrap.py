@@ -5,8 +5,10 @@ system:aggregate-to-{admin,edit,view}; system:basic-user (access reviews and who
 every authenticated user); system:discovery (API discovery for authenticated users);
 system:public-info-viewer (health and /version, also for anonymous requests);
 system:monitoring; system:auth-delegator (TokenReview and SubjectAccessReview, unbound);
-system:service-account-issuer-discovery (the OIDC documents, for every ServiceAccount).
-Each carries `kubernetes.io/bootstrapping: rbac-defaults` and
+system:service-account-issuer-discovery (the OIDC documents, for every ServiceAccount);
+system:node-proxier (kube-proxy's, bound to the user system:kube-proxy: node agents read
+Services and EndpointSlices as it, see node/services.py). Each carries
+`kubernetes.io/bootstrapping: rbac-defaults` and
 `rbac.authorization.kubernetes.io/autoupdate: "true"`. The roles of control-plane
 components that do not exist here (kubelet, scheduler, controllers) are left out.
 
@@ -271,6 +273,18 @@ _CLUSTER_ROLES: tuple[tuple[str, dict[str, str], str, tuple[Object, ...]], ...] 
         ),
     ),
     (
+        # kube-proxy's: every node agent also does its job (node/services.py), as `system:kube-proxy`.
+        "system:node-proxier",
+        {},
+        "",
+        (
+            _rule(("",), ("endpoints", "services"), ("list", "watch")),
+            _rule(("",), ("nodes",), _READ),
+            _rule(("", "events.k8s.io"), ("events",), ("create", "patch", "update")),
+            _rule(("discovery.k8s.io",), ("endpointslices",), ("list", "watch")),
+        ),
+    ),
+    (
         "system:public-info-viewer",
         {},
         "",
@@ -294,14 +308,15 @@ _CLUSTER_ROLES: tuple[tuple[str, dict[str, str], str, tuple[Object, ...]], ...] 
     ("view", {AGGREGATE_TO + "edit": "true"}, "view", ()),
 )
 
-# (binding name = role name, groups)
-_CLUSTER_ROLE_BINDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("cluster-admin", ("system:masters",)),
-    ("system:basic-user", ("system:authenticated",)),
-    ("system:discovery", ("system:authenticated",)),
-    ("system:monitoring", ("system:monitoring",)),
-    ("system:public-info-viewer", ("system:authenticated", "system:unauthenticated")),
-    ("system:service-account-issuer-discovery", ("system:serviceaccounts",)),
+# (binding name = role name, subjects as (kind, name))
+_CLUSTER_ROLE_BINDINGS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("cluster-admin", (("Group", "system:masters"),)),
+    ("system:basic-user", (("Group", "system:authenticated"),)),
+    ("system:discovery", (("Group", "system:authenticated"),)),
+    ("system:monitoring", (("Group", "system:monitoring"),)),
+    ("system:node-proxier", (("User", "system:kube-proxy"),)),
+    ("system:public-info-viewer", (("Group", "system:authenticated"), ("Group", "system:unauthenticated"))),
+    ("system:service-account-issuer-discovery", (("Group", "system:serviceaccounts"),)),
 )
 
 
@@ -334,9 +349,9 @@ def cluster_role_bindings() -> list[Object]:
             "kind": "ClusterRoleBinding",
             "metadata": _metadata(name, {}),
             "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": name},
-            "subjects": [{"apiGroup": GROUP, "kind": "Group", "name": g} for g in groups],
+            "subjects": [{"apiGroup": GROUP, "kind": kind, "name": who} for kind, who in subjects],
         }
-        for name, groups in _CLUSTER_ROLE_BINDINGS
+        for name, subjects in _CLUSTER_ROLE_BINDINGS
     ]
 
 

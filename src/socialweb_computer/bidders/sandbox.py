@@ -116,6 +116,12 @@ class SandboxBidder:
                 node=name,
                 out_dir=str(node_dir.credential),
             )
+            credential_mod.mint_proxy_credential_for_cluster(
+                state_dir=str(self.state_dir),
+                cluster=request.cluster,
+                server=request.server,
+                out_dir=str(node_dir.proxy_credential),
+            )
         except credential_mod.CredentialRefused as exc:
             raise base.BidderError(f"cannot mint the node credential for {name}: {exc}") from None
         if self.registry_credentials:

@@ -5,7 +5,8 @@ from the state directory, so the CommonName becomes the username and the Organiz
 the groups, and the certificate is accepted by that cluster's listener and no other.
 The callers are `socialweb-computer internal tenantcredential` (seed step 4, configured by
 environment variables), `socialweb-computer credential mint` and Python code;
-`mint_node_credential_for_cluster` is the same for a node agent's identity.
+`mint_node_credential_for_cluster` is the same for a node agent's identity, and
+`mint_proxy_credential_for_cluster` for the kube-proxy identity its Services part uses.
 
 Every refusal is a `CredentialRefused` naming the setting at fault, so each caller can
 say it in its own words (an environment variable, a flag). Nothing is written unless all
@@ -27,6 +28,8 @@ SUPERUSER_GROUP = "system:masters"
 # A kubelet's identity, as the Node authorizer and NodeRestriction recognise it
 # (auth.nodeauthorizer.NODE_USER_PREFIX and NODES_GROUP).
 NODE_USER_PREFIX, NODES_GROUP = "system:node:", "system:nodes"
+# kube-proxy's identity, bound to the ClusterRole system:node-proxier (auth.bootstrap).
+PROXY_USER = "system:kube-proxy"
 FILES = ("ca.crt", "tls.crt", "tls.key")
 
 # Go's time.ParseDuration units. Written by hand: no maintained Python library parses Go
@@ -138,6 +141,22 @@ def mint_node_credential_for_cluster(
         server=server,
         common_name=NODE_USER_PREFIX + node,
         organizations=(NODES_GROUP,),
+        out_dir=out_dir,
+        valid_for=valid_for,
+    )
+
+
+def mint_proxy_credential_for_cluster(
+    *, state_dir: str, cluster: str, server: str, out_dir: str, valid_for: datetime.timedelta | None = None
+) -> TenantCredential:
+    """kube-proxy's credential (`system:kube-proxy`), for a node agent's Services and cluster DNS:
+    it lists and watches Services and EndpointSlices, which a node's own identity may not."""
+    return mint_tenant_credential_for_cluster_as(
+        state_dir=state_dir,
+        cluster=cluster,
+        server=server,
+        common_name=PROXY_USER,
+        organizations=(),
         out_dir=out_dir,
         valid_for=valid_for,
     )

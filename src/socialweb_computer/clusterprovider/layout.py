@@ -21,11 +21,13 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import fcntl
+import ipaddress
 import os
 import shutil
 import tempfile
 
 import orjson
+from cryptography import x509
 
 from socialweb_computer.auth import kubeconfig, pki, tokens
 
@@ -36,6 +38,20 @@ CLUSTERS = "clusters"
 CLUSTER_JSON = "cluster.json"
 _PREPARING = ".preparing-"
 _CA_NAME = "socialweb-computer"
+# What a serving certificate names: loopback, where clients outside reach a listener, and what
+# a pod reaches its apiserver by (docs/networking.md): the `kubernetes` Service's ClusterIP
+# (apiserver.serviceips.KUBERNETES_SERVICE_IP) and its names in the cluster's DNS, as
+# kube-apiserver's own certificate has them.
+SERVING_HOSTS = (
+    "127.0.0.1",
+    "localhost",
+    "::1",
+    "10.96.0.1",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,11 +129,27 @@ class PlanePki:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         serving_ca = self._ensure_pair("serving-ca", lambda: pki.new_ca(f"{_CA_NAME} serving CA"), sync)
         client_ca = self._ensure_pair("client-ca", lambda: pki.new_ca(f"{_CA_NAME} client CA"), sync)
-        self._ensure_pair("serving", lambda: pki.new_serving_cert(serving_ca), sync)
+        self._ensure_serving(serving_ca, sync)
         self._ensure_pair(
             "admin", lambda: pki.new_client_cert(client_ca, "system:admin", ("system:masters",)), sync
         )
         tokens.KeySet.ensure(self.service_account_keys, sync=sync)
+
+    def refresh_serving(self) -> bool:
+        """Mint the serving certificate again if it lacks a name of SERVING_HOSTS (a cluster made
+        by an older version); True if it did. Reads one certificate when there is nothing to do."""
+        if not missing_hosts(self.serving_cert):
+            return False
+        self._ensure_serving(pki.KeyPair.load(self.path("serving-ca.crt"), self.path("serving-ca.key")), True)
+        return True
+
+    def _ensure_serving(self, serving_ca: pki.KeyPair, sync: bool) -> None:
+        """The serving certificate, minted again (same CA) when it lacks a name of SERVING_HOSTS:
+        a cluster made by an older version gets the in-cluster names at its next start."""
+        if os.path.exists(self.serving_cert) and not missing_hosts(self.serving_cert):
+            return
+        pair = pki.new_serving_cert(serving_ca, hosts=SERVING_HOSTS)
+        pair.save(self.serving_cert, self.serving_key, sync=sync)
 
     def _ensure_pair(self, stem: str, mint: object, sync: bool) -> pki.KeyPair:
         crt, key = self.path(f"{stem}.crt"), self.path(f"{stem}.key")
@@ -144,6 +176,26 @@ class PlanePki:
                 cert_pem=crt.read(),
                 key_pem=key.read(),
             )
+
+
+def missing_hosts(cert_path: str) -> list[str]:
+    """The names of SERVING_HOSTS the certificate at `cert_path` does not carry."""
+    with open(cert_path, "rb") as f:
+        cert = x509.load_pem_x509_certificate(f.read())
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return list(SERVING_HOSTS)
+    names = {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    names |= set(sans.get_values_for_type(x509.DNSName))
+    return [host for host in SERVING_HOSTS if _canonical(host) not in names]
+
+
+def _canonical(host: str) -> str:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
 
 
 @dataclasses.dataclass(frozen=True)

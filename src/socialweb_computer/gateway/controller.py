@@ -299,6 +299,10 @@ class ClusterController:
                     "gateway retries",
                 ) from None
             self._ports[name] = port
+        else:
+            # A cluster made by an older version: its serving certificate gains the names pods
+            # reach it by (layout.SERVING_HOSTS), from the same CA.
+            await asyncio.to_thread(self.state.cluster_pki(name).refresh_serving)
         tenant = self._tenant_plane(record)
         if self.mirror is not None:
             try:

@@ -26,6 +26,7 @@ from socialweb_computer.client import informer as informer_mod
 from socialweb_computer.client import rest
 from socialweb_computer.node import config as config_mod
 from socialweb_computer.node import events, images, logs, nodestatus, pleg, podspec, podworker, server
+from socialweb_computer.node import incluster as incluster_mod
 from socialweb_computer.node.cri import runtime as cri
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class Agent:
         self.recorder: events.Recorder | None = None
         self.informer: informer_mod.Informer | None = None
         self.services: podworker.Services | None = None
+        self.incluster: incluster_mod.InCluster | None = None
         self.registered = asyncio.Event()
         self.runtime_version = ""
         self._server: Any = None
@@ -90,6 +92,7 @@ class Agent:
         self.runtime_version = f"{version.runtime_name}://{version.runtime_version}"
         self.recorder = events.Recorder(self.client, self.config.name)
         self.recorder.start()
+        self.incluster = await incluster_mod.InCluster.start(self.config, self.node_dir)
         self.services = podworker.Services(
             client=self.client,
             runtime=self.runtime,
@@ -104,10 +107,13 @@ class Agent:
                 logs_dir=self.logs_dir,
                 memory_capacity=self.config.size.mem_mib << 20,
                 resolv_conf=self.config.resolv_conf,
+                cluster_dns=self.incluster.cluster_dns if self.incluster else (),
+                cluster_domain=self.config.cluster_domain,
             ),
             pods_dir=self.pods_dir,
             host_ip=self.config.internal_ip,
             allocatable=nodestatus.allocatable(self.config.size),
+            service_table=self.incluster.table if self.incluster else None,
         )
         await self.register()
         if self.config.agent_socket:
@@ -135,6 +141,8 @@ class Agent:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(w.stop() for w in self.workers.values()), return_exceptions=True)
+        if self.incluster is not None:
+            await self.incluster.close()
         if self.recorder is not None:
             await self.recorder.close()
         if self._server is not None:

@@ -38,6 +38,10 @@ class NodeDir:
         return self.path / "credential"
 
     @property
+    def proxy_credential(self) -> Path:  # the same three files for `system:kube-proxy` (node/services.py)
+        return self.path / "proxy-credential"
+
+    @property
     def logs(self) -> Path:  # the agent's and containerd's own logs (pod logs live on the data disk)
         return self.path / "logs"
 
@@ -98,6 +102,12 @@ class NodeConfig:
     # The name of the virtio-serial port the bidder talks to the guest through ("" = none).
     control_port: str = ""
     image: str = ""  # the guest image's fingerprint (microVM nodes)
+    # The cluster DNS a kubelet is told (--cluster-dns, --cluster-domain): the node serves it
+    # itself at this address (node/dns.py), the ClusterIP of kube-system/kube-dns.
+    cluster_dns: str = "10.96.0.10"
+    cluster_domain: str = "cluster.local"
+    cluster_cidr: str = "10.244.0.0/16"  # every node's pods (bidders.base.POD_NETWORK)
+    service_cidr: str = "10.96.0.0/12"  # the apiserver's ClusterIP range
     lease_seconds: int = 40
     heartbeat_seconds: float = 10.0
     status_report_seconds: float = 60.0

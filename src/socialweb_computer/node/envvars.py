@@ -109,9 +109,13 @@ async def environment(
     allocatable: dict[str, str],
     service_env: dict[str, str] | None = None,
 ) -> tuple[list[tuple[str, str]], list[str]]:
-    """The container's variables in order, and warnings (skipped envFrom keys)."""
+    """The container's variables in order, and warnings (skipped envFrom keys).
+
+    The Services' variables (`service_env`) may be referenced as `$(VAR)` and are overridden
+    by the container's own; they come after them, as a kubelet orders them."""
     namespace = (pod.get("metadata") or {}).get("namespace", "default")
-    env: dict[str, str] = dict(service_env or {})
+    services = dict(service_env or {})
+    env: dict[str, str] = {}
     warnings: list[str] = []
     for source in container.get("envFrom") or []:
         prefix = source.get("prefix", "")
@@ -137,12 +141,12 @@ async def environment(
     for entry in container.get("env") or []:
         name = entry.get("name", "")
         if "valueFrom" not in entry:
-            env[name] = expand(entry.get("value", ""), env)
+            env[name] = expand(entry.get("value", ""), {**services, **env})
             continue
         value = await _value_from(pod, container, entry["valueFrom"], namespace, lookup, allocatable)
         if value is not None:
             env[name] = value
-    return list(env.items()), warnings
+    return [*env.items(), *((k, v) for k, v in services.items() if k not in env)], warnings
 
 
 async def _value_from(

@@ -85,6 +85,7 @@ class Image:
             if v
         }
         self.architecture = architecture
+        self.compresslevel = 6  # big test images trade size for build time with a lower one
 
     def add_dir(self, path: str, *, mode: int = 0o755, uid: int = 0, gid: int = 0) -> None:
         self._parents(path)
@@ -125,7 +126,7 @@ class Image:
     def blobs(self) -> tuple[Blob, Blob, Blob]:
         """(layer, config, manifest)."""
         raw = self._layer_tar()
-        layer = _blob(gzip.compress(raw, compresslevel=6, mtime=EPOCH), MEDIA_LAYER)
+        layer = _blob(gzip.compress(raw, compresslevel=self.compresslevel, mtime=EPOCH), MEDIA_LAYER)
         config = _blob(
             orjson.dumps(
                 {

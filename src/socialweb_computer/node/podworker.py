@@ -32,6 +32,7 @@ from typing import Any
 from socialweb_computer.api import gofmt
 from socialweb_computer.client import rest
 from socialweb_computer.node import envvars, events, images, pleg, podspec, podstatus, probes, volumes
+from socialweb_computer.node import services as services_mod
 from socialweb_computer.node.cri import runtime as cri
 from socialweb_computer.node.cri.generated import api_pb2 as api
 
@@ -45,6 +46,7 @@ MIN_GRACE_SECONDS = 2
 MAX_TERMINATION_MESSAGE = 4096
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
+SERVICES_SYNC_SECONDS = 10.0
 
 
 @dataclasses.dataclass
@@ -60,6 +62,20 @@ class Services:
     pods_dir: Path
     host_ip: str
     allocatable: dict[str, str]
+    # The cluster's Services (node/services.py); None on a node without in-cluster networking.
+    service_table: services_mod.ServiceTable | None = None
+
+    async def service_environment(self, pod: Object) -> dict[str, str]:
+        """The Service variables of the pod's containers; waits (briefly) for the first read."""
+        if self.service_table is None:
+            return {}
+        if not self.service_table.synced:
+            await self.service_table.wait_synced(SERVICES_SYNC_SECONDS)
+        enable = (pod.get("spec") or {}).get("enableServiceLinks", True) is not False
+        try:
+            return self.service_table.service_environment(pod["metadata"].get("namespace", ""), enable)
+        except services_mod.NotSynced as exc:
+            raise envvars.ConfigError(str(exc)) from None
 
     async def lookup(self, kind: str, namespace: str, name: str) -> Object | None:
         plural = {"ConfigMap": "configmaps", "Secret": "secrets"}[kind]
@@ -610,7 +626,11 @@ class PodWorker:
     ) -> api.ContainerConfig:
         view = self._pod_view(sandbox.ip)
         env, warnings = await envvars.environment(
-            view, container, lookup=self.s.lookup, allocatable=self.s.allocatable
+            view,
+            container,
+            lookup=self.s.lookup,
+            allocatable=self.s.allocatable,
+            service_env=await self.s.service_environment(self.pod),
         )
         for warning in warnings:
             self._event(events.WARNING, "InvalidEnvironmentVariableNames", warning, container["name"])

@@ -15,14 +15,18 @@ import base64
 import contextlib
 import dataclasses
 import os
+import re
 import shutil
 import socket
 import subprocess
+import sys
+import sysconfig
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 from socialweb_computer.node import oci
@@ -58,6 +62,98 @@ def busybox_image(
     for path, data in (extra_files or {}).items():
         image.add_file(path, data, mode=0o755)
     return image
+
+
+def python_image(*distributions: str, without: tuple[str, ...] = ()) -> oci.Image:
+    """busybox plus this interpreter, its standard library and `distributions` (with what they
+    require, as installed here) on PYTHONPATH: a pod that runs Python, e.g. the official client.
+    `without`: parts of them to leave out, as paths in site-packages (`kubernetes/aio`).
+
+    Files keep their paths (the interpreter finds its library where it was built to), shared
+    libraries come from `ldd`, and the distributions' files from their installed RECORD."""
+    image = busybox_image()
+    executable = Path(sys.executable).resolve()
+    stdlib = Path(
+        sysconfig.get_paths(vars={"installed_base": sys.base_prefix, "base": sys.base_prefix})["stdlib"]
+    )
+    binaries = [executable]
+    image.add_file(str(executable), executable.read_bytes(), mode=0o755)
+    image.add_symlink("bin/python3", str(executable))
+    for path in sorted(stdlib.rglob("*")):
+        relative = path.relative_to(stdlib)
+        if (relative.parts and relative.parts[0] in _STDLIB_LEFT_OUT) or _left_out(path):
+            continue
+        image.add_file(str(path), path.read_bytes(), mode=0o755 if path.suffix == ".so" else 0o644)
+        if path.suffix == ".so":
+            binaries.append(path)
+    for dist in _closure(distributions):
+        for entry in dist.files or []:
+            if (entry.parts and entry.parts[0] == "..") or str(entry).startswith(without or ("\0",)):
+                continue  # scripts outside site-packages, or what the caller leaves out
+            source = Path(str(dist.locate_file(entry)))
+            if not _left_out(source):
+                image.add_file(
+                    f"opt/site/{entry}", source.read_bytes(), mode=0o755 if source.suffix == ".so" else 0o644
+                )
+                if source.suffix == ".so":
+                    binaries.append(source)
+    for library in _shared_libraries(binaries):
+        image.add_file(str(library), library.resolve().read_bytes(), mode=0o755)
+    image.config["Env"] = ["PATH=/bin:/usr/bin", "PYTHONPATH=/opt/site", "PYTHONDONTWRITEBYTECODE=1"]
+    image.compresslevel = 1
+    return image
+
+
+# Parts of the standard library no test pod imports (tests, GUIs, the build's static library).
+_STDLIB_LEFT_OUT = frozenset(
+    {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages", "unittest"}
+    | {f"config-{sys.version_info.major}.{sys.version_info.minor}-x86_64-linux-gnu"}
+)
+
+
+def _left_out(path: Path) -> bool:
+    """Optimised bytecode (never used without -O), tests and Tk: a fifth of the image's size."""
+    return (
+        not path.is_file()
+        or ".opt-" in path.name
+        or path.name.startswith("_tkinter")
+        or bool({"test", "tests", "e2e_test"} & set(path.parts))
+    )
+
+
+def _closure(names: tuple[str, ...]) -> list[metadata.Distribution]:
+    """The installed distributions `names` require, without extras, each once."""
+    found: dict[str, metadata.Distribution] = {}
+    pending = list(names)
+    while pending:
+        name = re.split(r"[ ;<>=!~\[(]", pending.pop().strip(), maxsplit=1)[0].lower().replace("_", "-")
+        if not name or name in found:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue  # a requirement for another platform or Python
+        found[name] = dist
+        pending += [r for r in dist.requires or [] if "extra ==" not in r]
+    return list(found.values())
+
+
+def _shared_libraries(binaries: list[Path]) -> set[Path]:
+    """What the dynamic loader maps for `binaries` (ldd's paths, the loader itself included)."""
+    out: set[Path] = set()
+    for binary in binaries:
+        result = subprocess.run(["ldd", str(binary)], capture_output=True, text=True)
+        for line in result.stdout.splitlines():
+            fields = line.split()
+            if "=>" in fields and len(fields) > fields.index("=>") + 1:
+                candidate = fields[fields.index("=>") + 1]
+            elif fields and fields[0].startswith("/"):
+                candidate = fields[0]
+            else:
+                continue
+            if candidate.startswith("/") and Path(candidate).exists():
+                out.add(Path(candidate))
+    return out
 
 
 def free_port() -> int:
