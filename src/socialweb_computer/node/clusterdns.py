@@ -291,11 +291,14 @@ class Zone:
 class Server:
     """UDP and TCP on `address:port`, answering from the Zone and forwarding the rest."""
 
-    def __init__(self, zone: Zone, address: str, upstreams: list[str], *, port: int = 53) -> None:
+    def __init__(
+        self, zone: Zone, address: str, upstreams: list[str], *, port: int = 53, upstream_port: int = 53
+    ) -> None:
         self.zone = zone
         self.address = address
         self.port = port
-        self.upstreams = [u for u in upstreams if u != address]
+        self.upstream_port = upstream_port
+        self.upstreams = [u for u in upstreams if (u, upstream_port) != (address, port)]
         self._udp: asyncio.DatagramTransport | None = None
         self._tcp: asyncio.Server | None = None
         self._forwards = asyncio.Semaphore(MAX_FORWARDS)
@@ -352,9 +355,13 @@ class Server:
         async with self._forwards:
             for upstream in self.upstreams:
                 try:
-                    reply = await dns.asyncquery.udp(asked, upstream, timeout=FORWARD_TIMEOUT)
+                    reply = await dns.asyncquery.udp(
+                        asked, upstream, port=self.upstream_port, timeout=FORWARD_TIMEOUT
+                    )
                     if reply.flags & dns.flags.TC:
-                        reply = await dns.asyncquery.tcp(asked, upstream, timeout=FORWARD_TIMEOUT)
+                        reply = await dns.asyncquery.tcp(
+                            asked, upstream, port=self.upstream_port, timeout=FORWARD_TIMEOUT
+                        )
                     break
                 except (dns.exception.DNSException, OSError) as exc:
                     log.info("forwarding %s to %s failed: %s", query.question[0].name, upstream, exc)
