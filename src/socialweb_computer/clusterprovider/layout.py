@@ -179,9 +179,14 @@ class PlanePki:
 
 
 def missing_hosts(cert_path: str) -> list[str]:
-    """The names of SERVING_HOSTS the certificate at `cert_path` does not carry."""
-    with open(cert_path, "rb") as f:
-        cert = x509.load_pem_x509_certificate(f.read())
+    """The names of SERVING_HOSTS the certificate at `cert_path` does not carry.
+
+    A file that is not a certificate is left alone (the listener says what is wrong with it)."""
+    try:
+        with open(cert_path, "rb") as f:
+            cert = x509.load_pem_x509_certificate(f.read())
+    except (OSError, ValueError):
+        return []
     try:
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
