@@ -7,10 +7,11 @@ the server pod's IP, measured by the same client in the same run.
 1. starts a registry on loopback with busybox and a Python image, a gateway with cluster
    `bench` and one sandbox node;
 2. a server pod (busybox httpd) behind a ClusterIP Service `web`;
-3. a client pod (Python) that runs PROBE: `--connections` sequential HTTP GETs, each on a
-   new TCP connection, to the pod IP (floor), the ClusterIP, and by name (lookup included,
-   the search path as resolv.conf gives it); and `--connections` lookups alone
-   (getaddrinfo of the absolute name, and of the short name through the search path);
+3. a client pod (Python) that runs PROBE: `--connections` rounds of, one after another, an
+   HTTP GET on a new TCP connection to the pod IP (floor), to the ClusterIP, and by name
+   (lookup included, the search path as resolv.conf gives it), and a lookup alone
+   (getaddrinfo of the absolute name, and of the short name through the search path); the
+   cases take turns so the machine's load falls on each alike;
 4. prints p50/p99 beside the floor. It asserts nothing.
 
     .venv/bin/python bench/network_bench.py
@@ -64,10 +65,12 @@ cases = {
     "lookup, absolute name": lambda: lookup(name),
     "lookup, short name (search path)": lambda: lookup(short),
 }
-out = {}
-for case, run in cases.items():
+out = {case: [] for case in cases}
+for run in cases.values():
     run()  # warm up
-    out[case] = [run() for _ in range(count)]
+for _ in range(count):  # interleaved, so that the machine's load falls on every case alike
+    for case, run in cases.items():
+        out[case].append(run())
 print(json.dumps(out))
 """
 

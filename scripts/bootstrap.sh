@@ -18,9 +18,10 @@ cd "$REPO_ROOT"
 
 # Debian packages. Everyone (scripts/run.sh too):
 #   openssl, curl, ca-certificates  TLS checks in scripts and tests
-#   containerd, runc, containernetworking-plugins, tini, slirp4netns, iptables, e2fsprogs
-#                                   what a sandbox node runs (docs/host-contract.md); containerd and
-#                                   its service are installed, never started (policy-rc.d below)
+#   containerd, runc, containernetworking-plugins, tini, slirp4netns, iptables, e2fsprogs,
+#   nftables                        what a sandbox node runs (docs/host-contract.md; nft programs
+#                                   its Services inside it); containerd and its service are
+#                                   installed, never started (policy-rc.d below)
 #   gcc, libc6-dev                  the build step compiles the pause image's static binary
 #   qemu-system-x86, qemu-utils     what a microVM node runs (QEMU with TCG; qemu-img for its disk)
 #   kmod                            depmod, which indexes a guest image's kernel modules
@@ -31,12 +32,12 @@ cd "$REPO_ROOT"
 #   systemd                         systemd-analyze, which verifies the gateway's user unit
 #   busybox-static, skopeo          the images the node tests build, and their push to a registry
 #   docker-registry, apache2-utils  the registries on loopback the node tests pull from (htpasswd)
-#   nftables, iproute2              what the node tests read to prove nothing was left on the host
+#   iproute2                        what the node tests read to prove nothing was left on the host
 #   chromium, chromium-driver       headless Chromium and its WebDriver for the dashboard's tests
 APT_PACKAGES=(openssl curl ca-certificates containerd runc containernetworking-plugins tini slirp4netns iptables
-              e2fsprogs gcc libc6-dev qemu-system-x86 qemu-utils kmod)
+              e2fsprogs nftables gcc libc6-dev qemu-system-x86 qemu-utils kmod)
 TEST_APT_PACKAGES=(binutils openssh-server systemd busybox-static skopeo docker-registry apache2-utils
-                   nftables iproute2 chromium chromium-driver)
+                   iproute2 chromium chromium-driver)
 if [[ "${1:-}" == "--test" ]]; then
     APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 fi

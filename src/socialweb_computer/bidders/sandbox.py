@@ -226,7 +226,7 @@ class SandboxBidder:
 def check_host() -> None:
     missing = [
         tool
-        for tool in ("unshare", "tini", "slirp4netns", "containerd", "runc", "ctr", "mkfs.ext4")
+        for tool in ("unshare", "tini", "slirp4netns", "containerd", "runc", "ctr", "mkfs.ext4", "nft")
         if shutil.which(tool) is None
     ]
     if missing:
