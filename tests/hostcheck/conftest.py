@@ -46,6 +46,7 @@ FAKE_TOOLS = {
     "slirp4netns": 'echo "slirp4netns version 1.2.0"; echo "commit: 656041d4"\n',
     "tini": 'echo "tini version 0.19.0"\n',
     "unshare": 'echo "unshare from util-linux 2.38.1"\n',
+    "nft": 'echo "nftables v1.0.6 (Lester Gooch #5)"\n',
     "mkfs.ext4": 'echo "mke2fs 1.47.0 (5-Feb-2023)" >&2; echo "\tUsing EXT2FS Library version 1.47.0" >&2\n',
 }
 

@@ -63,7 +63,7 @@ def test_lines_are_aligned_columns_with_the_fix_last(host) -> None:
         name, status = line.split()[:2]
         assert line.startswith(f"{name:<{width}}  {status:<4}  "), line
         assert status in {"ok", "FAIL"}
-    assert run.err == "check-host (role node): 1 of 21 checks failed: runc\n"
+    assert run.err == "check-host (role node): 1 of 22 checks failed: runc\n"
 
 
 def test_json_lists_name_ok_found_fix_for_every_check(host) -> None:

@@ -21,12 +21,12 @@ def test_healthy_node_host_passes_every_check(host) -> None:
     assert list(run.lines) == [
         "state-dir-exists", "state-dir-owner", "state-dir-writable", "state-dir-disk", "state-dir-space",
         "tmpdir-disk", "mkfs-ext4", "qemu", "qemu-img", "depmod", "runc", "containerd", "slirp4netns", "tini",
-        "unshare", "cni-plugins", "cgroups", "oom-score-adj", "node-devices", "kvm", "open-files",
+        "unshare", "nft", "cni-plugins", "cgroups", "oom-score-adj", "node-devices", "kvm", "open-files",
     ]
     run.line("state-dir-exists", "ok", f"{host.state} is a directory")
     run.line("state-dir-writable", "ok", f"{host.user} created and removed a file in {host.state}")
     run.line("state-dir-space", "ok", "needs 1025 MiB: one 1 MiB node root filesystem + 1024 MiB margin")
-    assert "check-host (role node): all 21 checks passed" in run.err
+    assert "check-host (role node): all 22 checks passed" in run.err
     assert not [p for p in os.listdir(host.state) if p.startswith(".check-host-")]
 
 

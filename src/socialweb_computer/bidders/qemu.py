@@ -12,7 +12,8 @@ the agent in the guest has registered its Node. What a node is made of, on the h
 - a copy-on-write disk (`disk.qcow2`) over the image's shared `rootfs.ext4`, so a boot copies
   nothing; removed when the node stops;
 - a config disk (`config.img`, 0600, read-only to the guest) holding node.json and the node's
-  credentials; nothing secret is on the kernel command line or the console;
+  credentials (its own and kube-proxy's); nothing secret is on the kernel command line or the
+  console;
 - the console log (`logs/console.log`), kept while the node lives, for diagnosis;
 - QEMU: `-M pc`, the image's PVH `vmlinux`, KVM when `hostcheck.kvm` says it works and TCG
   otherwise (the Node's label `socialweb.computer/accel` says which);
@@ -189,6 +190,13 @@ class QemuBidder:
                     server=request.server,
                     node=name,
                     out_dir=str(credential),
+                )
+                # kube-proxy's, for the node's Services and cluster DNS (docs/networking.md).
+                credential_mod.mint_proxy_credential_for_cluster(
+                    state_dir=str(self.state_dir),
+                    cluster=request.cluster,
+                    server=request.server,
+                    out_dir=str(node_config.NodeDir(staging).proxy_credential),
                 )
             except credential_mod.CredentialRefused as exc:
                 raise base.BidderError(f"cannot mint the node credential for {name}: {exc}") from None

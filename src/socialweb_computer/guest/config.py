@@ -48,6 +48,7 @@ NODE_PACKAGES = (
     "runc",
     "containernetworking-plugins",
     "iptables",
+    "nftables",  # the node's Services are an nft table (node/proxy.py)
     "kmod",
     "ca-certificates",
     "zlib1g",  # the single-file binary's bootloader links libz
