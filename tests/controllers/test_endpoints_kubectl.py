@@ -149,10 +149,11 @@ def test_allocations_survive_a_restart(tmp_path: Path) -> None:
         first.stop()
     again = testing.ApiServerProcess.start(state)
     try:
-        for ip in ("10.96.0.33", "10.96.0.1"):  # the kubernetes Service has 10.96.0.1
+        # default/kubernetes has 10.96.0.1 and kube-system/kube-dns 10.96.0.10.
+        for ip in ("10.96.0.33", "10.96.0.1", "10.96.0.10"):
             result = again.kubectl("create", "service", "clusterip", "other", "--tcp=80:80",
                                    f"--clusterip={ip}", check=False)
             assert "provided IP is already allocated" in result.stderr
-        assert len({s["spec"]["clusterIP"] for s in get(again, "services", "-A")["items"]}) == 2
+        assert len({s["spec"]["clusterIP"] for s in get(again, "services", "-A")["items"]}) == 3
     finally:
         again.stop()
