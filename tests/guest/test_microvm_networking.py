@@ -47,7 +47,7 @@ def gateway(state_dir: Path) -> Iterator[gateway_mod.GatewayProcess]:
 
 @pytest.fixture(scope="module")
 def tenant(gateway: gateway_mod.GatewayProcess) -> networking.Cluster:
-    return networking.Cluster(gateway, "ci")
+    return networking.Cluster(gateway, "ci", patience=5.0)  # pods in a TCG guest take minutes
 
 
 @pytest.fixture(scope="module")

@@ -111,9 +111,9 @@ TOOLS = (
          fix="install util-linux 2.32 or later (Debian: apt-get install util-linux)"),
     Tool("nft", "nft", ("--version",), r"nftables v(\d+)\.(\d+)(?:\.(\d+))?", (1, 0), frozenset({"node"}),
          without="no sandbox nodes on this host; microVM nodes are unaffected",
-         why="A sandbox node programs its Services (ClusterIP, NodePort) as an nftables table inside its own "
-             "network namespace, with the host's nft; nothing is added to the host's ruleset. Required for role "
-             "node; for role gateway it is optional.",
+         why="A sandbox node programs its Services (ClusterIP, NodePort) as an nftables table inside its "
+             "own network namespace, with the host's nft; nothing is added to the host's ruleset. Required "
+             "for role node; for role gateway it is optional.",
          fix="install nftables 1.0 or later (Debian: apt-get install nftables)"),
 )
 

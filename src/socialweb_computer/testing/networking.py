@@ -22,9 +22,10 @@ Tenant = Any
 class Cluster:
     """kubectl against one tenant of a gateway as its admin, with waits."""
 
-    def __init__(self, gateway: gateway_mod.GatewayProcess, cluster: str) -> None:
+    def __init__(self, gateway: gateway_mod.GatewayProcess, cluster: str, *, patience: float = 1.0) -> None:
         self.gateway = gateway
         self.kubeconfig = gateway.tenant_kubeconfig(cluster)
+        self.patience = patience  # how much longer than on a sandbox node pods take (a TCG guest)
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60.0) -> Any:
         return self.gateway.kubectl_with(self.kubeconfig, *args, input=input, check=check, timeout=timeout)
@@ -78,6 +79,10 @@ KUBE_API_ACCESS = {
 }
 
 
+def patience(tenant: Tenant) -> float:
+    return float(getattr(tenant, "patience", 1.0))
+
+
 def run(
     tenant: Tenant, ns: str, name: str, script: str, image: str, timeout: float = 120.0, **spec: Any
 ) -> str:
@@ -91,7 +96,7 @@ def run(
         "spec": {"restartPolicy": "Never", "containers": [container], **spec},
     }
     tenant.apply(json.dumps(pod), ns)
-    done = tenant.wait_phase(name, ns, ("Succeeded", "Failed"), timeout=timeout)
+    done = tenant.wait_phase(name, ns, ("Succeeded", "Failed"), timeout=timeout * patience(tenant))
     log = tenant.kubectl("logs", "-n", ns, name).stdout
     assert done["status"]["phase"] == "Succeeded", log
     return log
@@ -215,7 +220,9 @@ def deployment_behind_a_service_answers_by_name_and_loses_an_unready_pod(
             {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}
         )
         tenant.apply(json.dumps(svc), ns)
-    pods = tenant.wait(lambda: ready_pods(tenant, ns, "app=web", 2), "two ready web pods")
+    pods = tenant.wait(
+        lambda: ready_pods(tenant, ns, "app=web", 2), "two ready web pods", 90 * patience(tenant)
+    )
     node_port = tenant.get("service", "web-np", ns)["spec"]["ports"][0]["nodePort"]
     direct = pods[0]["status"]["podIP"]
     url = f"http://web.{ns}.svc.cluster.local/index.html"
@@ -240,7 +247,7 @@ def deployment_behind_a_service_answers_by_name_and_loses_an_unready_pod(
     tenant.kubectl(
         "patch", "configmap", "flags", "-n", ns, "-p", json.dumps({"data": {f"unready-{leaving}": "1"}})
     )
-    tenant.wait(lambda: ready_pods(tenant, ns, "app=web", 1), "one web pod unready", timeout=60)
+    tenant.wait(lambda: ready_pods(tenant, ns, "app=web", 1), "one web pod unready", 60 * patience(tenant))
     tenant.wait(
         lambda: slice_ready(tenant, ns, "web") == {leaving: False, staying: True}, "the slice says so"
     )
@@ -293,7 +300,7 @@ def statefulset_pod_is_reached_by_its_stable_name(tenant: Tenant, ns: str, image
     }
     tenant.apply(json.dumps(headless), ns)
     tenant.apply(json.dumps(statefulset), ns)
-    ready = tenant.wait(lambda: ready_pods(tenant, ns, "app=db", 1), "pod-0 ready")
+    ready = tenant.wait(lambda: ready_pods(tenant, ns, "app=db", 1), "pod-0 ready", 90 * patience(tenant))
     script = (
         f"echo answer: $(wget -qO- http://pod-0.svc.{ns}.svc.cluster.local:8080/index.html); "
         f"nslookup pod-0.svc.{ns}.svc.cluster.local | sed 's/^/a: /'; "
