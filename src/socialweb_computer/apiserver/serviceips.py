@@ -46,7 +46,7 @@ RESERVATION_TTL = 10.0
 _STATIC_BAND = min(max(16, SERVICE_CIDR.num_addresses // 16), 256)
 _FIRST, _LAST = 1, SERVICE_CIDR.num_addresses - 2  # no network or broadcast address
 KUBERNETES_SERVICE_IP = str(SERVICE_CIDR[1])
-# The cluster DNS's address, the kubeadm default; every node answers it itself (node/dns.py).
+# The cluster DNS's address, the kubeadm default; every node answers it itself (node/clusterdns.py).
 CLUSTER_DNS_IP = str(SERVICE_CIDR[10])
 
 # Services a cluster makes for itself, in the static band of the range: the apiserver's, as

@@ -103,7 +103,7 @@ class NodeConfig:
     control_port: str = ""
     image: str = ""  # the guest image's fingerprint (microVM nodes)
     # The cluster DNS a kubelet is told (--cluster-dns, --cluster-domain): the node serves it
-    # itself at this address (node/dns.py), the ClusterIP of kube-system/kube-dns.
+    # itself at this address (node/clusterdns.py), the ClusterIP of kube-system/kube-dns.
     cluster_dns: str = "10.96.0.10"
     cluster_domain: str = "cluster.local"
     cluster_cidr: str = "10.244.0.0/16"  # every node's pods (bidders.base.POD_NETWORK)
