@@ -2,7 +2,7 @@
 
 A kubelet reads every Service (for the `<SVC>_SERVICE_HOST` variables of each container) and
 kube-proxy reads Services and EndpointSlices (to program the node); the node agent is both,
-and its cluster DNS server (`node/dns.py`) answers from the same view. One `ServiceTable`
+and its cluster DNS server (`node/clusterdns.py`) answers from the same view. One `ServiceTable`
 holds it: two informers with kube-proxy's identity (`system:kube-proxy`, bound to the
 ClusterRole system:node-proxier; a node's own identity may list Services but not
 EndpointSlices), an index of slices by Service, and listeners called on every change.
