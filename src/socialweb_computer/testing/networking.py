@@ -189,6 +189,7 @@ def deployment_behind_a_service_answers_by_name_and_loses_an_unready_pod(
         readinessProbe={
             "exec": {"command": ["sh", "-c", "test ! -e /flags/unready-$(hostname)"]},
             "periodSeconds": 1,
+            "timeoutSeconds": 10,  # an exec in a TCG guest on a busy machine takes seconds
         },
         volumeMounts=[{"name": "flags", "mountPath": "/flags"}],
     )
