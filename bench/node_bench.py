@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +97,13 @@ async def _floor_pod(runtime: Any, image: str) -> float:
     return time.perf_counter() - started
 
 
-async def _floor(pods: int, concurrency: int, work: Path) -> dict[str, Any]:
-    """Runs inside new mount and network namespaces (see `floor()`)."""
+@contextlib.asynccontextmanager
+async def bare_containerd(work: Path) -> AsyncIterator[tuple[containerd.Containerd, str]]:
+    """A containerd with CNI and the busybox image, nothing above it: (daemon, image).
+
+    Runs inside new mount and network namespaces (`in_namespaces()`), so nothing of it
+    touches the host; used for the floors of this benchmark and bench/streaming_bench.py.
+    """
     for mount_point in ("/run", "/var/lib/cni"):
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", mount_point], check=True)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
@@ -139,7 +146,16 @@ async def _floor(pods: int, concurrency: int, work: Path) -> dict[str, Any]:
         archive = work / "busybox.tar"
         images.busybox_image().write_archive(archive, "localhost/bench/busybox:1")
         await daemon.import_image(archive)
-        image = "localhost/bench/busybox:1"
+        yield daemon, "localhost/bench/busybox:1"
+        for sandbox in await daemon.runtime.list_pod_sandboxes():
+            await daemon.runtime.stop_pod_sandbox(sandbox.id)
+            await daemon.runtime.remove_pod_sandbox(sandbox.id)
+    finally:
+        await daemon.stop()
+
+
+async def _floor(pods: int, concurrency: int, work: Path) -> dict[str, Any]:
+    async with bare_containerd(work) as (daemon, image):
         await _floor_pod(daemon.runtime, image)  # warm-up
         sequential = [await _floor_pod(daemon.runtime, image) for _ in range(pods)]
         semaphore = asyncio.Semaphore(concurrency)
@@ -151,58 +167,61 @@ async def _floor(pods: int, concurrency: int, work: Path) -> dict[str, Any]:
         started = time.perf_counter()
         await asyncio.gather(*(limited() for _ in range(pods)))
         concurrent = time.perf_counter() - started
-        for sandbox in await daemon.runtime.list_pod_sandboxes():
-            await daemon.runtime.stop_pod_sandbox(sandbox.id)
-            await daemon.runtime.remove_pod_sandbox(sandbox.id)
-    finally:
-        await daemon.stop()
     return {"latencies": sequential, "concurrent_seconds": concurrent, "pods": pods}
+
+
+def in_namespaces(script: str, *args: str) -> dict[str, Any]:
+    """Runs `script FLOOR_FLAG <work dir> args...` in new mount, network and PID namespaces; its JSON."""
+    cni_cache = Path("/var/lib/cni")
+    made_cni_cache = not cni_cache.exists()
+    cni_cache.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory(
+            prefix="bench-floor-", dir=os.environ.get("TMPDIR", "/var/tmp")
+        ) as tmp:
+            out = subprocess.run(
+                [
+                    "unshare",
+                    "--mount",
+                    "--net",
+                    "--pid",
+                    "--fork",
+                    "--mount-proc",
+                    "--propagation",
+                    "private",
+                    sys.executable,
+                    script,
+                    FLOOR_FLAG,
+                    tmp,
+                    *args,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            # containerd removes the containers' cgroups but not the pods' (a kubelet's job).
+            subprocess.run(
+                [
+                    "sh",
+                    "-c",
+                    "for d in /sys/fs/cgroup/*/socialweb/floor; do find $d -depth -type d "
+                    "-exec rmdir {} + 2>/dev/null; done",
+                ],
+                check=False,
+            )
+            if out.returncode != 0:
+                log = Path(tmp, "containerd.log")
+                said = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+                raise RuntimeError(f"the floor failed: {out.stderr[-2000:]}\ncontainerd: {said}")
+            return json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        if made_cni_cache:
+            cni_cache.rmdir()
 
 
 def floor(pods: int, concurrency: int) -> Figures:
     """The floor in its own namespaces (a child process), so nothing of it touches the host."""
-    cni_cache = Path("/var/lib/cni")
-    made_cni_cache = not cni_cache.exists()
-    cni_cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(
-        prefix="node-bench-floor-", dir=os.environ.get("TMPDIR", "/var/tmp")
-    ) as tmp:
-        out = subprocess.run(
-            [
-                "unshare",
-                "--mount",
-                "--net",
-                "--pid",
-                "--fork",
-                "--mount-proc",
-                "--propagation",
-                "private",
-                sys.executable,
-                __file__,
-                FLOOR_FLAG,
-                tmp,
-                str(pods),
-                str(concurrency),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"the CRI floor failed: {out.stderr[-2000:]}")
-        data = json.loads(out.stdout.strip().splitlines()[-1])
-        # containerd removes the containers' cgroups but not the pods' (a kubelet's job).
-        subprocess.run(
-            [
-                "sh",
-                "-c",
-                "for d in /sys/fs/cgroup/*/socialweb/floor; do find $d -depth -type d "
-                "-exec rmdir {} + 2>/dev/null; done",
-            ],
-            check=False,
-        )
-    if made_cni_cache:
-        cni_cache.rmdir()
+    data = in_namespaces(__file__, str(pods), str(concurrency))
     return Figures("bare CRI (floor)", data["latencies"], data["concurrent_seconds"], data["pods"])
 
 

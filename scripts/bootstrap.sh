@@ -34,10 +34,11 @@ cd "$REPO_ROOT"
 #   docker-registry, apache2-utils  the registries on loopback the node tests pull from (htpasswd)
 #   iproute2                        what the node tests read to prove nothing was left on the host
 #   chromium, chromium-driver       headless Chromium and its WebDriver for the dashboard's tests
+#   tmux                            a real terminal for `kubectl exec -it` / `debug -it` with a resize
 APT_PACKAGES=(openssl curl ca-certificates containerd runc containernetworking-plugins tini slirp4netns iptables
               e2fsprogs nftables gcc libc6-dev qemu-system-x86 qemu-utils kmod)
 TEST_APT_PACKAGES=(binutils openssh-server systemd busybox-static skopeo docker-registry apache2-utils
-                   iproute2 chromium chromium-driver)
+                   iproute2 chromium chromium-driver tmux)
 if [[ "${1:-}" == "--test" ]]; then
     APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 fi

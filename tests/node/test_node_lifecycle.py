@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from socialweb_computer.clusterprovider import layout
 from socialweb_computer.node import config as node_config
 from socialweb_computer.testing import gateway as gateway_mod
 from socialweb_computer.testing import images, nodes
+from socialweb_computer.testing import server as server_mod
 
 from .conftest import Tenant
 
@@ -117,11 +119,34 @@ def _stop_and_evict(
         }
         tenant.apply(json.dumps(pod), "default")
         tenant.wait(lambda: tenant.pod("evictable", "default")["status"].get("phase") == "Running", "running")
+        # A session open when the node dies must end with an error, not hang.
+        session = subprocess.Popen(
+            [
+                str(server_mod.tool_path("kubectl")),
+                f"--kubeconfig={tenant.kubeconfig}",
+                "exec",
+                "evictable",
+                "-n",
+                "default",
+                "--",
+                "sleep",
+                "600",
+            ],
+            env=tenant.gateway.tool_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(2)
     finally:
         started = time.monotonic()
         asyncio.run(bidder.stop(handle.name))
         stop_seconds = time.monotonic() - started
     assert stop_seconds < 30
+    try:
+        session.wait(60)
+    finally:
+        session.kill()
+    assert session.returncode != 0
     tenant.wait(lambda: _ready(tenant, handle.name) == "Unknown", "node NotReady (Unknown)", timeout=60)
     described = tenant.kubectl("get", "node", handle.name).stdout
     assert "NotReady" in described

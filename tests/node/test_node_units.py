@@ -296,3 +296,28 @@ def test_tcp_and_http_probe_failures_read_like_a_kubelet() -> None:
         False,
         'Get "http://127.0.0.1:1/healthz": dial tcp 127.0.0.1:1: connect: connection refused',
     )
+
+
+def test_logs_rotate_past_the_size_limit_and_keep_a_bounded_number(tmp_path: Path) -> None:
+    reopened: list[str] = []
+
+    async def reopen(container_id: str) -> None:
+        reopened.append(container_id)
+        (tmp_path / "0.log").write_bytes(b"")  # containerd starts a new file
+
+    rotator = logs.Rotator(reopen, max_size=100, max_files=3)
+    path = tmp_path / "0.log"
+
+    async def scenario() -> list[bool]:
+        results = []
+        for _ in range(5):
+            path.write_bytes(b"x" * 150)
+            results.append(await rotator.rotate("c1", path))
+            await asyncio.sleep(0.001)
+        path.write_bytes(b"small")
+        results.append(await rotator.rotate("c1", path))
+        return results
+
+    assert asyncio.run(scenario()) == [True] * 5 + [False]
+    assert reopened == ["c1"] * 5
+    assert len(list(tmp_path.glob("0.log.*"))) == 2  # with the live file: max_files

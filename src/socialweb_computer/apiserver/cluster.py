@@ -23,6 +23,8 @@ from socialweb_computer.apiserver import (
     streaming,
 )
 from socialweb_computer.apiserver.streaming import logs as streaming_logs
+from socialweb_computer.apiserver.streaming import proxy as streaming_proxy
+from socialweb_computer.apiserver.streaming import remote as streaming_remote
 from socialweb_computer.auth import certificates, pki, policy, serviceaccounts, tokens, tokensecrets
 from socialweb_computer.storage import base as storage
 
@@ -65,6 +67,9 @@ class LogicalCluster:
         # How pods' streaming subresources reach node agents; set by the gateway (None: no nodes).
         self.node_dialer: streaming.NodeDialer | None = None
         self.subresource_handlers["log"] = streaming_logs.handler(lambda c: c.node_dialer)
+        for sub in streaming_remote.STREAMING:
+            self.subresource_handlers[sub] = streaming_remote.handler(lambda c: c.node_dialer)
+        self.subresource_handlers["proxy"] = streaming_proxy.handler()
         self._openapi: dict[str, tuple[int, Any]] = {}
 
     async def start(self) -> None:

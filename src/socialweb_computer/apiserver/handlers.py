@@ -409,7 +409,7 @@ async def handle_subresource(
     handler = cluster.subresource_handlers.get(rr.subresource)
     if handler is not None:
         return await handler(request, cluster, kind, rr)
-    if rr.subresource in ("status", "finalize", "approval"):
+    if rr.subresource in ("status", "finalize", "approval", "ephemeralcontainers"):
         store = cluster.store
         if request.method == "GET":
             return _render(request, kind, await store.get(kind, rr.namespace, rr.name))
@@ -418,7 +418,7 @@ async def handle_subresource(
             options = _default_manager(request, _write_options(request, rr.subresource))
             result = await store.update(kind, rr.namespace, rr.name, obj, options, raw_duplicates=duplicates)
             return json_response(result.object, warnings=result.warnings)
-        if request.method == "PATCH" and rr.subresource in ("status", "approval"):
+        if request.method == "PATCH" and rr.subresource in ("status", "approval", "ephemeralcontainers"):
             return await _patch(request, kind, rr, rr.subresource)
         raise errors.method_not_allowed()
     raise errors.StatusError(

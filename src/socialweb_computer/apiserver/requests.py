@@ -27,6 +27,7 @@ class ResourceRequest:
     namespace: str = ""
     name: str = ""
     subresource: str = ""
+    subpath: str = ""  # what follows a proxy subresource: pods/{name}/proxy/{subpath}
 
     @property
     def is_collection(self) -> bool:
@@ -53,12 +54,15 @@ def parse_resource_path(segments: list[str]) -> ResourceRequest | None:
         namespace, rest = rest[1], rest[2:]
         if not namespace:
             return None
+    subpath = ""
     if len(rest) > 3:
-        return None
+        if rest[2] != "proxy":
+            return None
+        subpath, rest = "/".join(rest[3:]), rest[:3]
     plural = rest[0]
     name = rest[1] if len(rest) > 1 else ""
     sub = rest[2] if len(rest) > 2 else ""
-    return ResourceRequest(group, version, plural, namespace, name, sub)
+    return ResourceRequest(group, version, plural, namespace, name, sub, subpath)
 
 
 def query_flag(request: web.Request, name: str) -> bool:

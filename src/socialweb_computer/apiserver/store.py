@@ -439,6 +439,8 @@ class Store:
         )
         if old is None:
             causes += strategy.validate(obj)
+        elif subresource in strategy.replaces_update:
+            causes += strategy.validate_subresource_update(subresource, obj, old)
         else:
             causes += strategy.validate_update(obj, old)
             if subresource:
@@ -528,6 +530,12 @@ class Store:
             # namespaces/finalize changes spec.finalizers and nothing else.
             merged = copy.deepcopy(old)
             merged.setdefault("spec", {})["finalizers"] = (new.get("spec") or {}).get("finalizers") or []
+            return merged
+        if subresource == "ephemeralcontainers":
+            # pods/ephemeralcontainers changes spec.ephemeralContainers and nothing else.
+            merged = copy.deepcopy(old)
+            merged.setdefault("spec", {})["ephemeralContainers"] = \
+                (new.get("spec") or {}).get("ephemeralContainers") or []
             return merged
         if subresource == "approval":
             # certificatesigningrequests/approval changes the conditions and nothing else.

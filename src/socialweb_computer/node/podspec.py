@@ -329,11 +329,17 @@ def verify_run_as_non_root(pod: Object, container: Object, image_uid: int | None
         raise RunAsRootError(f"container has runAsNonRoot and image will run as root {where}")
 
 
-def container_security(pod: Object, container: Object) -> api.LinuxContainerSecurityContext:
+def container_security(
+    pod: Object, container: Object, *, target_id: str = ""
+) -> api.LinuxContainerSecurityContext:
+    """`target_id`: the container whose PID namespace an ephemeral container joins (targetContainerName)."""
     pod_context = (pod.get("spec") or {}).get("securityContext") or {}
     context = container.get("securityContext") or {}
+    namespaces = _namespace_options(pod, container=True)
+    if target_id:
+        namespaces.pid, namespaces.target_id = api.TARGET, target_id
     out = api.LinuxContainerSecurityContext(
-        namespace_options=_namespace_options(pod, container=True),
+        namespace_options=namespaces,
         privileged=bool(context.get("privileged")),
         readonly_rootfs=bool(context.get("readOnlyRootFilesystem")),
         no_new_privs=context.get("allowPrivilegeEscalation") is False,

@@ -646,6 +646,13 @@ class PodWorker:
                 f"cannot find volume {exc.args[0]!r} to mount into container {container['name']!r}"
             ) from None
         spec = self.pod.get("spec") or {}
+        target_id = ""
+        if container.get("targetContainerName"):
+            target_name = container["targetContainerName"]
+            target = self._latest(self.s.pleg.pod(self.uid), target_name)
+            if target is None or not target.running:
+                raise envvars.ConfigError(f'target container "{target_name}" is not running')
+            target_id = target.id
         if not spec.get("hostNetwork") and not any(m.container_path == "/etc/hosts" for m in mounts):
             if not self._etc_hosts_path().exists():
                 self._write_etc_hosts([sandbox.ip] if sandbox.ip else [])
@@ -677,7 +684,7 @@ class PodWorker:
             tty=bool(container.get("tty")),
             linux=api.LinuxContainerConfig(
                 resources=podspec.container_resources(self.pod, container, self.s.settings.memory_capacity),
-                security_context=podspec.container_security(self.pod, container),
+                security_context=podspec.container_security(self.pod, container, target_id=target_id),
             ),
         )
 

@@ -11,6 +11,9 @@ certificate, and a client certificate signed by the cluster's ClientCA whose Com
     GET /healthz
     GET /containerLogs/{namespace}/{pod}/{container}?follow=&previous=&timestamps=&tailLines=
         &sinceSeconds=&sinceTime=&limitBytes=
+    GET|POST /exec/{namespace}/{pod}/{container}?command=...   /attach/...   /portForward/{namespace}/{pod}
+        (see node/streaming)
+    *  /podProxy/{namespace}/{pod}/{scheme}/{port}/{path}   HTTP to a pod (pods/proxy, services/proxy)
 
 Errors are Kubernetes `Status` bodies with a kubelet's wording, which the apiserver
 passes on to the client unchanged.
@@ -29,6 +32,7 @@ import orjson
 from aiohttp import web
 
 from socialweb_computer.node import logs
+from socialweb_computer.node.streaming import proxy, remote
 
 if TYPE_CHECKING:
     from socialweb_computer.node import agent as agent_mod
@@ -155,6 +159,8 @@ def application(agent: agent_mod.Agent, *, tls: bool = False) -> web.Application
     app[AGENT] = agent
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
+    app.router.add_routes(remote.routes(agent))
+    app.router.add_routes(proxy.routes(agent))
     return app
 
 

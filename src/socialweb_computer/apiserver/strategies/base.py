@@ -60,8 +60,14 @@ class Strategy:
         """Like prepare_for_status_update, for other subresources that write the object (approval)."""
 
     def validate_subresource_update(self, subresource: str, new: Object, old: Object) -> list[Cause]:
-        """Rules of a write through a subresource ("status", "approval"), on top of validate_update."""
+        """Rules of a write through a subresource ("status", "approval"), on top of validate_update.
+
+        For a subresource in `replaces_update` they are the rules instead of validate_update (a
+        write through pods/ephemeralcontainers changes what the main resource may not)."""
         return []
+
+    # Subresources whose writes are judged by validate_subresource_update alone.
+    replaces_update: tuple[str, ...] = ()
 
     def validate(self, obj: Object) -> list[Cause]:
         return []

@@ -156,6 +156,17 @@ class PodStrategy(base.Strategy):
     def prepare_for_status_update(self, new: Object, old: Object) -> None:
         default_pod_ips(new.get("status"))
 
+    replaces_update = ("ephemeralcontainers",)
+
+    def prepare_for_subresource_update(self, subresource: str, new: Object, old: Object) -> None:
+        if subresource == "ephemeralcontainers":
+            for container in (new.get("spec") or {}).get("ephemeralContainers") or []:
+                if isinstance(container, dict):
+                    default_container(container)
+
+    def validate_subresource_update(self, subresource: str, new: Object, old: Object) -> list[Cause]:
+        return _ephemeral_causes(new, old) if subresource == "ephemeralcontainers" else []
+
     def validate(self, obj: Object) -> list[Cause]:
         return validate_pod_spec(obj.get("spec"), "spec")
 
@@ -189,6 +200,45 @@ class PodStrategy(base.Strategy):
                 )
             ]
         return []
+
+
+# Fields an ephemeral container may not set (upstream's validateEphemeralContainers).
+_EPHEMERAL_FORBIDDEN = ("ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle", "resources",
+                        "resizePolicy", "restartPolicy")
+
+
+def _ephemeral_causes(new: Object, old: Object) -> list[Cause]:
+    new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+    before = {c.get("name"): c for c in old_spec.get("ephemeralContainers") or []}
+    after = {c.get("name"): c for c in new_spec.get("ephemeralContainers") or [] if isinstance(c, dict)}
+    causes = []
+    for name, container in before.items():
+        if after.get(name) != container:
+            message = f'Forbidden: existing ephemeral containers "{name}" may not be changed'
+            causes.append(Cause("FieldValueForbidden", message, "spec.ephemeralContainers"))
+    taken = {c.get("name") for field in ("containers", "initContainers") for c in new_spec.get(field) or []}
+    for index, container in enumerate(new_spec.get("ephemeralContainers") or []):
+        path = f"spec.ephemeralContainers[{index}]"
+        if not isinstance(container, dict):
+            causes.append(Cause("FieldValueInvalid", "Invalid value: must be an object", path))
+            continue
+        name = container.get("name")
+        if not name:
+            causes.append(Cause("FieldValueRequired", "Required value", f"{path}.name"))
+        elif name in taken:
+            causes.append(Cause("FieldValueDuplicate", f'Duplicate value: "{name}"', f"{path}.name"))
+        if not container.get("image"):
+            causes.append(Cause("FieldValueRequired", "Required value", f"{path}.image"))
+        previous = before.get(name) or {}
+        for field in _EPHEMERAL_FORBIDDEN:
+            if container.get(field) and container.get(field) != previous.get(field):
+                message = "Forbidden: cannot be set for an Ephemeral Container"
+                causes.append(Cause("FieldValueForbidden", message, f"{path}.{field}"))
+        target = container.get("targetContainerName")
+        if target and target not in taken:
+            field = f"{path}.targetContainerName"
+            causes.append(Cause("FieldValueNotFound", f'Not found: "{target}"', field))
+    return causes
 
 
 def qos_class(spec: dict) -> str:

@@ -17,6 +17,8 @@ from typing import Protocol
 
 import aiohttp
 
+from socialweb_computer import netio
+
 
 @dataclasses.dataclass(frozen=True)
 class NodeEndpoint:
@@ -55,7 +57,7 @@ class NodeEndpoint:
         return f"{'https' if self.ca_file else 'http'}://{self.host}:{self.port}"
 
     async def open_connection(
-        self, *, limit: int = 2**16
+        self, *, limit: int = netio.STREAM_LIMIT
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A raw connection to the agent (for upgrades passed on as bytes), with TLS over TCP."""
         if self.unix_socket:
