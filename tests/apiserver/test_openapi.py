@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -198,17 +197,16 @@ def test_components_hold_kinds_and_everything_they_reference() -> None:
     assert "io.k8s.api.apps.v1.Deployment" not in components
 
 
-def test_documents_are_cached_and_fast() -> None:
+def test_documents_are_cached() -> None:
+    # How fast they are built is bench/'s business; here: every document builds, and once built
+    # it is served from the cache (the same object), not rebuilt per request.
     rows = [*kinds.BUILTIN_KINDS, CRONTAB] if hasattr(kinds, "BUILTIN_KINDS") else ROWS
     openapi._CACHE.clear()
-    start = time.perf_counter()
     index = openapi.v3_index(rows)
     for key in index["paths"]:
-        openapi.v3_document(key.split("/", 1)[1], rows)
-    openapi.v2_document(rows)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0, elapsed
-    assert openapi.v3_document("v1", rows) is openapi.v3_document("v1", rows)
+        document = openapi.v3_document(key.split("/", 1)[1], rows)
+        assert openapi.v3_document(key.split("/", 1)[1], rows) is document
+    assert openapi.v2_document(rows) is openapi.v2_document(rows)
 
 
 # --------------------------------------------------------------------------- CRD documents
