@@ -163,7 +163,7 @@ def python_client_lists_pods_through_kubernetes_default_svc(
         "lister",
         f'exec python3 -c "{program}"',
         python_image,
-        timeout=180,
+        timeout=300,  # importing the whole client takes minutes in a TCG guest
         automountServiceAccountToken=False,  # the volume the ServiceAccount admission would add, by hand
         volumes=[KUBE_API_ACCESS],
         container={
