@@ -1,4 +1,4 @@
-"""`registries:` in the gateway spec: how nodes pull (mirrors, plain HTTP, credentials by reference)."""
+"""The gateway spec's `registries` and `guestImage`, and the bidders `gateway/bidding.py` builds from them."""
 
 from __future__ import annotations
 
@@ -67,3 +67,42 @@ def test_hosts_toml_tries_the_mirrors_first_then_the_registry() -> None:
         '[host."https://mirror.example.com"]\n  capabilities = ["pull", "resolve"]\n\n'
         '[host."https://registry.example.com"]\n  capabilities = ["pull", "resolve"]\n'
     )
+
+
+def test_guest_image_is_the_image_config_without_sizes(tmp_path) -> None:
+    (tmp_path / "ca.pem").write_text("a corporate CA\n")
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(
+        "guestImage:\n  packages: [git]\n  files:\n    - {source: ca.pem, path: /usr/local/share/ca.pem}\n"
+    )
+    image = spec_mod.load(str(spec_file)).guest_image
+    assert image.packages == ("git",) and image.files[0].source == tmp_path / "ca.pem"
+    assert spec_mod.GatewaySpec().guest_image == spec_mod.guest_config.ImageConfig()
+    refused = r"guestImage.memMiB: a node's size is not part of guestImage; set nodeDefaults.memMiB"
+    with pytest.raises(spec_mod.SpecError, match=refused):
+        spec_mod.parse({"guestImage": {"memMiB": 4096}})
+    with pytest.raises(spec_mod.SpecError, match="guestImage: unknown field 'packges'"):
+        spec_mod.parse({"guestImage": {"packges": ["git"]}})
+
+
+def test_make_bidder_configures_both_bidders_from_the_spec(tmp_path) -> None:
+    from socialweb_computer.bidders import qemu, sandbox
+    from socialweb_computer.gateway import bidding
+
+    spec = spec_mod.parse({
+        "registries": [{"host": "127.0.0.1:5000", "credentialsEnv": "LOCAL_AUTH"}],
+        "guestImage": {"packages": ["git"]},
+    })
+    env = {"LOCAL_AUTH": "puller:s3cret"}
+    box = bidding.make_bidder("sandbox", tmp_path, spec, host_ports=[7000], env=env)
+    assert isinstance(box, sandbox.SandboxBidder)
+    assert box.host_ports == [5000, 7000]
+    assert box.registry_credentials == {"127.0.0.1:5000": ("puller", "s3cret")}
+    vm = bidding.make_bidder("qemu", tmp_path, spec, env=env, owner_pid=1)
+    assert isinstance(vm, qemu.QemuBidder)
+    assert vm.image.packages == ("git",) and vm.owner.startswith("1:") and vm.host_ports == [5000]
+    assert [r.endpoint for r in vm.registries] == ["http://127.0.0.1:5000"]
+    with pytest.raises(spec_mod.SpecError, match=r"\$LOCAL_AUTH"):
+        bidding.make_bidder("qemu", tmp_path, spec, env={})
+    with pytest.raises(ValueError, match="unknown bidder 'vmware'"):
+        bidding.make_bidder("vmware", tmp_path, spec)

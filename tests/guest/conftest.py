@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,7 +104,17 @@ def share_images(state_dir: Path, image_root: Path) -> None:
 
 
 @pytest.fixture(scope="session")
+def private_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[images.Registry]:
+    password = "s3cret-" + uuid.uuid4().hex[:8]
+    directory = tmp_path_factory.mktemp("private-registry")
+    with images.Registry.start(directory, username="puller", password=password) as reg:
+        reg.push(images.busybox_image(), "private/busybox:1")
+        yield reg
+
+
+@pytest.fixture(scope="session")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[images.Registry]:
     with images.Registry.start(tmp_path_factory.mktemp("registry")) as reg:
         reg.push(images.busybox_image(), "test/busybox:1")
+        reg.push(images.busybox_image(user="1000:1000"), "test/busybox-app:1")
         yield reg

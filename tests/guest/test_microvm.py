@@ -2,8 +2,9 @@
 
 One image per run (the session's `guest_image`), two boots in this module:
 - a node rented "by the gateway" (the bidder records the gateway's pid as its owner, as the
-  capacity controller will): it registers Ready with its size, runs a pod from a registry on
-  the host's loopback and serves its logs through the tenant apiserver; at the end the
+  capacity controller will), configured from a gateway spec's registries: it registers Ready
+  with its size, runs pods from registries on the host's loopback (one through a mirror, one
+  with the node's own credentials) and serves their logs through the tenant apiserver; at the end the
   gateway is killed with it running, and the restarted gateway leaves no QEMU process;
 - a node started with `node start --bidder qemu` from an image with a different memMiB and a
   deliberately tiny root filesystem: a new fingerprint, built; a pod whose image does not fit
@@ -30,8 +31,10 @@ from typing import Any
 
 import pytest
 
-from socialweb_computer.bidders import base, qemu
+from socialweb_computer.bidders import base
 from socialweb_computer.clusterprovider import layout
+from socialweb_computer.gateway import bidding
+from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.guest import config as image_config
 from socialweb_computer.guest import store as image_store
 from socialweb_computer.hostcheck import context as check_context
@@ -106,18 +109,31 @@ def gateway(state_dir: Path, before: nodes.HostSnapshot) -> Iterator[gateway_mod
         gw.stop()
 
 
+MISSING_HOST = "registry.example.invalid"
+AUTH_ENV = "SOCIALWEB_TEST_REGISTRY_AUTH"
+
+
 @pytest.fixture(scope="module")
 def rented(
     gateway: gateway_mod.GatewayProcess,
     state_dir: Path,
     registry: images.Registry,
+    private_registry: images.Registry,
     guest_image: image_store.Image,
     image_config_for_tests: image_config.ImageConfig,
 ) -> Iterator[base.NodeHandle]:
+    """A node configured from a gateway spec as the gateway configures the ones it rents."""
     record = layout.StateLayout(str(state_dir)).read_cluster("ci")
     assert record is not None
-    bidder = qemu.QemuBidder(
-        state_dir, host_ports=[registry.port], image=image_config_for_tests, owner_pid=gateway.pid
+    spec = spec_mod.parse({
+        "registries": [
+            {"host": private_registry.host, "credentialsEnv": AUTH_ENV},
+            {"host": MISSING_HOST, "mirrors": [f"http://{registry.host}"]},
+        ]
+    })
+    env = {AUTH_ENV: f"{private_registry.username}:{private_registry.password}"}
+    bidder = bidding.make_bidder(
+        "qemu", state_dir, spec, image=image_config_for_tests, owner_pid=gateway.pid, env=env
     )
     size = node_config.Size(TEST_SIZE["vcpu"], TEST_SIZE["mem_mib"], TEST_SIZE["rootfs_mib"])
     handle = asyncio.run(bidder.start(base.NodeRequest(cluster="ci", server=record.url, size=size)))
@@ -127,10 +143,14 @@ def rented(
         asyncio.run(bidder.stop(handle.name))
 
 
-def test_a_microvm_node_registers_ready_with_its_size_and_runs_a_pod_from_a_loopback_registry(
+def phase(gw: gateway_mod.GatewayProcess, name: str, ns: str) -> str:
+    return json.loads(kubectl(gw, "get", "pod", name, "-n", ns, "-o", "json"))["status"].get("phase", "")
+
+
+def test_a_microvm_node_registers_ready_with_its_size_and_runs_pods_from_loopback_registries(
     gateway: gateway_mod.GatewayProcess,
     rented: base.NodeHandle,
-    registry: images.Registry,
+    private_registry: images.Registry,
     guest_image: image_store.Image,
 ) -> None:
     wait(lambda: ready(gateway, rented.name) == "True", f"node {rented.name} Ready", timeout=60)
@@ -154,37 +174,43 @@ def test_a_microvm_node_registers_ready_with_its_size_and_runs_a_pod_from_a_loop
     assert node["metadata"]["labels"]["socialweb.computer/image"] == guest_image.fingerprint[:39]
     assert node["status"]["nodeInfo"]["kernelVersion"] == guest_image.manifest["kernelVersion"]
 
+    # The spec's registries, applied inside the guest: a host that does not exist is pulled
+    # through its mirror (the plain registry on the host's loopback), and the password-protected
+    # registry with the node's own credentials (no imagePullSecrets).
     ns = "t-" + uuid.uuid4().hex[:8]
     kubectl(gateway, "create", "namespace", ns)
-    image = f"{registry.host}/test/busybox:1"
-    kubectl(
-        gateway,
-        "run",
-        "hello",
-        "-n",
-        ns,
-        f"--image={image}",
-        "--restart=Never",
-        "--",
-        "sh",
-        "-c",
-        "echo hello from $(uname -r) in a microVM; cat /proc/1/cgroup | head -1",
-    )
-    wait(
-        lambda: (
-            json.loads(kubectl(gateway, "get", "pod", "hello", "-n", ns, "-o", "json"))["status"].get("phase")
-            == "Succeeded"
-        ),
-        "pod hello Succeeded",
-        timeout=300,
-    )
-    logs = kubectl(gateway, "logs", "hello", "-n", ns)
-    assert f"hello from {guest_image.manifest['kernelVersion']} in a microVM" in logs
+    for name, image in (("hello", f"{MISSING_HOST}/test/busybox-app:1"),
+                        ("private", f"{private_registry.host}/private/busybox:1")):
+        kubectl(gateway, "run", name, "-n", ns, f"--image={image}", "--restart=Never", "--", "sh", "-c",
+                f"echo {name} from $(uname -r) in a microVM")
+    for name in ("hello", "private"):
+        wait(lambda name=name: phase(gateway, name, ns) in ("Succeeded", "Failed"), f"pod {name} done", 300)
+        assert phase(gateway, name, ns) == "Succeeded"
+        logs = kubectl(gateway, "logs", name, "-n", ns)
+        assert f"{name} from {guest_image.manifest['kernelVersion']} in a microVM" in logs
+
+    # What the streaming subresources dial (exec, attach, port-forward upgrade a raw connection):
+    # the agent's port forwarded to the host's loopback, TLS both ways, for this cluster only.
+    endpoint = base.NodeDirectory(rented.directory.parents[1], "ci").endpoint(rented.name)
+    assert endpoint is not None and endpoint.host == "127.0.0.1" and endpoint.ca_file
+
+    async def healthz() -> bytes:
+        reader, writer = await endpoint.open_connection()
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+        answer = await reader.read()
+        writer.close()
+        return answer
+
+    answer = asyncio.run(healthz())
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok"), answer
+    assert base.NodeDirectory(rented.directory.parents[1], "other").endpoint(rented.name) is None
 
     # Secrets stay off the console, the kernel command line and anything readable by others.
     directory = rented.directory
     console = (directory / "logs" / "console.log").read_text(errors="replace")
     assert "PRIVATE KEY" not in console and "BEGIN CERTIFICATE" not in console
+    assert private_registry.password not in console
+    assert private_registry.password not in (directory / "node.json").read_text()
     assert (directory / "config.img").stat().st_mode & 0o777 == 0o600
     assert directory.stat().st_mode & 0o777 == 0o700
     qemu_cmdline = next(p for p in qemu_processes(str(directory)))

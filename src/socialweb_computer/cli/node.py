@@ -24,10 +24,11 @@ import orjson
 
 from socialweb_computer.bidders import base, qemu, sandbox
 from socialweb_computer.clusterprovider import layout
+from socialweb_computer.gateway import bidding
 from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.node import config as node_config
 
-BIDDERS = {"sandbox": sandbox.SandboxBidder, "qemu": qemu.QemuBidder}
+BIDDERS = bidding.BIDDERS
 
 
 def _state_dir_argument(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     start.add_argument(
         "--spec",
         default=os.environ.get("SOCIALWEB_GATEWAY_SPEC"),
-        help="gateway spec whose nodeDefaults size the node (default: $SOCIALWEB_GATEWAY_SPEC)",
+        help="the gateway spec: its nodeDefaults size the node, its registries configure the node's pulls, "
+        "its guestImage is what a qemu node boots (default: $SOCIALWEB_GATEWAY_SPEC)",
     )
     start.add_argument("--vcpu", type=int, help="vCPUs (default: the spec's nodeDefaults.vcpu, 2)")
     start.add_argument("--mem-mib", type=int, help="memory in MiB (default: nodeDefaults.memMiB, 2048)")
@@ -83,7 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--image-config",
         default=None,
         metavar="FILE",
-        help="qemu: the image config the node's image is built from (sizes come from the node)",
+        help="qemu: an image config to build the node's image from instead of the spec's guestImage "
+        "(sizes come from the node)",
     )
     start.add_argument("-o", "--output", choices=("name", "json"), default="name")
     start.set_defaults(run=run_start)
@@ -169,6 +172,12 @@ def _size(args: argparse.Namespace, spec: spec_mod.GatewaySpec) -> node_config.S
     return size
 
 
+def _image_progress() -> Any:
+    from socialweb_computer.guest import store as image_store
+
+    return image_store.Progress()
+
+
 def run_start(args: argparse.Namespace) -> int:
     from socialweb_computer.cli.main import CommandError
 
@@ -177,27 +186,22 @@ def run_start(args: argparse.Namespace) -> int:
     if record is None:
         raise CommandError(f"no cluster {args.cluster!r} in {state_dir} (kubectl get clusters lists them)")
     spec = _spec(args)
-    try:
-        registries, credentials, registry_ports = spec_mod.node_registries(spec)
-    except spec_mod.SpecError as exc:
-        raise CommandError(str(exc)) from None
-    options: dict[str, Any] = {
-        "host_ports": sorted({*args.host_port, *registry_ports}),
-        "registries": registries,
-        "registry_credentials": credentials,
-    }
-    if args.bidder == "qemu":
+    image = None
+    if args.bidder == "qemu" and args.image_config:
         from socialweb_computer.guest import config as image_config
-        from socialweb_computer.guest import store as image_store
 
         try:
-            options["image"] = image_config.load(args.image_config)
+            image = image_config.load(args.image_config)
         except image_config.ImageConfigError as exc:
             raise CommandError(str(exc)) from None
-        options["progress"] = image_store.Progress()
     elif args.image_config:
         raise CommandError("--image-config is for the qemu bidder: sandbox nodes boot no image")
-    bidder = BIDDERS[args.bidder](state_dir, **options)
+    try:
+        bidder = bidding.make_bidder(
+            args.bidder, state_dir, spec, host_ports=args.host_port, image=image, progress=_image_progress()
+        )
+    except spec_mod.SpecError as exc:
+        raise CommandError(str(exc)) from None
     size = _size(args, spec)
     request = base.NodeRequest(cluster=args.cluster, server=record.url, size=size, name=args.name)
     try:

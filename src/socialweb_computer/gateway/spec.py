@@ -14,12 +14,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from socialweb_computer import logs
 from socialweb_computer.apiserver import app as app_mod
+from socialweb_computer.guest import config as guest_config
 from socialweb_computer.storage import sqlite
 
 DEFAULT_ADDRESS = "127.0.0.1"
@@ -119,6 +121,8 @@ class GatewaySpec:
     log_level: str = ""  # "" = not set here (flag, environment or INFO decide)
     log_format: str = ""  # "" = not set here (flag, environment or text decide)
     registries: tuple[RegistrySpec, ...] = ()
+    # What microVM nodes boot (`guestImage`); its sizes come from nodeDefaults / a Cluster's spec.nodes.
+    guest_image: guest_config.ImageConfig = dataclasses.field(default_factory=guest_config.ImageConfig)
 
 
 _NODE_FIELDS = {
@@ -127,7 +131,8 @@ _NODE_FIELDS = {
     "rootfsMiB": "rootfs_mib",
     "releaseAfterSeconds": "release_after_seconds",
 }
-_TOP_FIELDS = ("listen", "storage", "nodeDefaults", "clusters", "logging", "registries")
+_TOP_FIELDS = ("listen", "storage", "nodeDefaults", "clusters", "logging", "registries", "guestImage")
+_GUEST_IMAGE_FIELDS = ("suite", "kernel", "packages", "agent", "files")
 _LOGGING_FIELDS = ("level", "format")
 _REGISTRY_FIELDS = ("host", "plainHTTP", "skipVerify", "mirrors", "credentialsEnv")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -187,6 +192,7 @@ def parse(document: Any, *, source: str = "spec", base_dir: str = ".") -> Gatewa
         log_level=_choice(logging.get("level", ""), f"{source}: logging.level", logs.LEVELS),
         log_format=_choice(logging.get("format", ""), f"{source}: logging.format", logs.FORMATS),
         registries=_registries(root.get("registries", []), f"{source}: registries"),
+        guest_image=_guest_image(root.get("guestImage", {}), f"{source}: guestImage", base_dir),
     )
     return spec
 
@@ -356,6 +362,19 @@ def _registries(value: Any, where: str) -> tuple[RegistrySpec, ...]:
             )
         out.append(RegistrySpec(host, flags["plainHTTP"], flags["skipVerify"], tuple(mirrors), env or ""))
     return tuple(out)
+
+
+def _guest_image(value: Any, where: str, base_dir: str) -> guest_config.ImageConfig:
+    if isinstance(value, dict):
+        for size in ("vcpu", "memMiB", "rootfsMiB"):
+            if size in value:
+                raise SpecError(f"{where}.{size}: a node's size is not part of guestImage; set "
+                                f"nodeDefaults.{size} (or a Cluster's spec.nodes.{size}) instead")
+    entry = _mapping(value, where, _GUEST_IMAGE_FIELDS)
+    try:
+        return guest_config.parse(entry, base=Path(base_dir).resolve(), source=where)
+    except guest_config.ImageConfigError as e:
+        raise SpecError(str(e)) from None
 
 
 def node_registries(
