@@ -4,15 +4,15 @@ One image per run (the session's `guest_image`), two boots in this module:
 - a node rented "by the gateway" (the bidder records the gateway's pid as its owner, as the
   capacity controller will), configured from a gateway spec's registries: it registers Ready
   with its size, runs pods from registries on the host's loopback (one through a mirror, one
-  with the node's own credentials) and serves their logs through the tenant apiserver; at the end the
-  gateway is killed with it running, and the restarted gateway leaves no QEMU process;
+  with the node's own credentials), serves their logs and an exec through the tenant apiserver;
+  at the end the gateway is killed with it running, and the restarted gateway leaves no QEMU
+  process;
 - a node started with `node start --bidder qemu` from an image with a different memMiB and a
   deliberately tiny root filesystem: a new fingerprint, built; a pod whose image does not fit
   never starts, with `no space left on device`; `kill -9` of its QEMU makes it NotReady.
 
 The gateway's node monitor grace period is short here (SOCIALWEB_NODE_MONITOR_GRACE_PERIOD).
 Nodes are held to the Node authorizer and NodeRestriction, with no extra RBAC.
-Exec into a microVM node's pod comes with the streaming work.
 """
 
 from __future__ import annotations
@@ -179,15 +179,25 @@ def test_a_microvm_node_registers_ready_with_its_size_and_runs_pods_from_loopbac
     # registry with the node's own credentials (no imagePullSecrets).
     ns = "t-" + uuid.uuid4().hex[:8]
     kubectl(gateway, "create", "namespace", ns)
-    for name, image in (("hello", f"{MISSING_HOST}/test/busybox-app:1"),
-                        ("private", f"{private_registry.host}/private/busybox:1")):
+    kernel = guest_image.manifest["kernelVersion"]
+    for name, image, then in (("hello", f"{MISSING_HOST}/test/busybox-app:1", "true"),
+                              ("private", f"{private_registry.host}/private/busybox:1", "exec sleep 3600")):
         kubectl(gateway, "run", name, "-n", ns, f"--image={image}", "--restart=Never", "--", "sh", "-c",
-                f"echo {name} from $(uname -r) in a microVM")
-    for name in ("hello", "private"):
-        wait(lambda name=name: phase(gateway, name, ns) in ("Succeeded", "Failed"), f"pod {name} done", 300)
-        assert phase(gateway, name, ns) == "Succeeded"
-        logs = kubectl(gateway, "logs", name, "-n", ns)
-        assert f"{name} from {guest_image.manifest['kernelVersion']} in a microVM" in logs
+                f"echo {name} from $(uname -r) in a microVM; {then}")
+    for name, wanted in (("hello", "Succeeded"), ("private", "Running")):
+        wait(lambda name=name, wanted=wanted: phase(gateway, name, ns) in (wanted, "Failed"),
+             f"pod {name} {wanted}", 300)
+        assert phase(gateway, name, ns) == wanted
+        assert f"{name} from {kernel} in a microVM" in kubectl(gateway, "logs", name, "-n", ns)
+
+    # exec into the guest's pod through the tenant apiserver: WebSocket (kubectl's default) and
+    # SPDY, with stdin.
+    assert kubectl(gateway, "exec", "private", "-n", ns, "--", "uname", "-r", timeout=120).strip() == kernel
+    piped = gateway.kubectl_with(
+        gateway.tenant_kubeconfig("ci"), "exec", "-i", "private", "-n", ns, "--", "sh", "-c", "tr a-z A-Z",
+        input="through spdy\n", env={"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false"}, timeout=120,
+    )
+    assert piped.stdout == "THROUGH SPDY\n"
 
     # What the streaming subresources dial (exec, attach, port-forward upgrade a raw connection):
     # the agent's port forwarded to the host's loopback, TLS both ways, for this cluster only.
