@@ -80,6 +80,17 @@ def test_free_form_fields_take_anything() -> None:
     assert typecheck.first_error(revision, "io.k8s.api.apps.v1.ControllerRevision") is None
 
 
+def test_nulls_go_would_not_write_back_are_dropped() -> None:
+    deployment = {"spec": {"replicas": None, "selector": None, "template": {"spec": {"containers": [
+        {"name": "c", "image": None}]}}}}
+    assert typecheck.first_error(deployment, DEPLOYMENT, drop_nulls=True) is None
+    # replicas and image are omitempty; selector is a pointer without omitempty: Go writes null.
+    assert deployment == {"spec": {"selector": None, "template": {"spec": {"containers": [{"name": "c"}]}}}}
+    slice_ = {"endpoints": None, "ports": None, "addressType": "IPv4"}
+    assert typecheck.first_error(slice_, "io.k8s.api.discovery.v1.EndpointSlice", drop_nulls=True) is None
+    assert slice_ == {"endpoints": None, "ports": None, "addressType": "IPv4"}
+
+
 def test_required_fields_of_the_desired_state() -> None:
     obj = {"spec": {"containers": [{"image": "x"}], "readinessGates": [{}],
                     "containers_ok": True}, "status": {"containerStatuses": [{}]}}
@@ -111,7 +122,8 @@ def test_required_fields_of_the_desired_state() -> None:
      [("spec.containers[0].volumeMounts[0].name", 'Not found: "data"'),
       ("spec.containers[0].ports[0].containerPort",
        "Invalid value: 0: must be between 1 and 65535, inclusive")]),
-    ({"spec": {"minReadySeconds": -1, "strategy": {"type": "Sideways"}}}, DEPLOYMENT,
+    ({"spec": {"minReadySeconds": -1, "strategy": {"type": "Sideways"}, "selector": {}, "template": {}}},
+     DEPLOYMENT,
      [("spec.minReadySeconds", "Invalid value: -1: must be greater than or equal to 0"),
       ("spec.strategy.type",
        'Unsupported value: "Sideways": supported values: "Recreate", "RollingUpdate"')]),

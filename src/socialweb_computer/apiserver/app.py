@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import handlers, metrics
+from socialweb_computer.apiserver import handlers, listener, metrics
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import attributes, authn, identity, impersonation, policy, tokens
 from socialweb_computer.storage import base as storage
@@ -81,6 +81,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return handlers.status_response(
             errors.StatusError(e.status, e.reason.replace(" ", ""), e.text or e.reason)
         )
+    except storage.StorageFullError:
+        return handlers.status_response(errors.insufficient_storage())  # the backend logged it once
     # No Retry-After on these two: client-go would retry ten times, and an outage of the store
     # would look like a hang instead of the clear refusal it is.
     except storage.UnavailableError as e:
@@ -183,6 +185,27 @@ async def _end_watches(app: web.Application) -> None:
         task.cancel()
 
 
+# Requests that hold their connection as long as the client wants: they never take a turn.
+_LONG_RUNNING_SUBRESOURCES = frozenset({"exec", "attach", "portforward", "proxy"})
+
+
+def _long_running(request: web.Request) -> bool:
+    query = request.query
+    if query.get("watch", "").lower() in ("true", "1") or query.get("follow", "").lower() in ("true", "1"):
+        return True
+    return request.path.rstrip("/").rpartition("/")[2] in _LONG_RUNNING_SUBRESOURCES
+
+
+@web.middleware
+async def fairness_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The cluster's requests take turns (fairness.Budget): a flood waits behind itself, and
+    past the cluster's requestsInFlight it is a 429 (errors leave through error_middleware)."""
+    if _long_running(request):
+        return await handler(request)
+    async with request.app[handlers.CLUSTER].budget.request_turn():
+        return await handler(request)
+
+
 def _ready_middleware(ready: Callable[[], Awaitable[None]]) -> Callable[..., Awaitable[web.StreamResponse]]:
     @web.middleware
     async def wait_until_ready(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -208,10 +231,10 @@ def build_app(
 
     `ready`, when given, is awaited by every authenticated request before anything reads the
     cluster: a listener may open before its cluster has started (a gateway restart)."""
-    middlewares = [metrics_middleware, error_middleware, authn_middleware, impersonation_middleware,
-                   authz_middleware]
+    middlewares = [metrics_middleware, error_middleware, fairness_middleware, authn_middleware,
+                   impersonation_middleware, authz_middleware]
     if ready is not None:
-        middlewares.insert(3, _ready_middleware(ready))  # once authenticated
+        middlewares.insert(4, _ready_middleware(ready))  # once authenticated
     app = web.Application(middlewares=middlewares, client_max_size=handlers.MAX_BODY + 1)
     app[handlers.CLUSTER] = cluster
     app[AUTHENTICATOR] = authenticator
@@ -249,21 +272,22 @@ def bind_error(host: str, port: int) -> OSError | None:
 
 
 async def serve(
-    app: web.Application, *, host: str, port: int, ssl_context: ssl.SSLContext | None
+    app: web.Application, *, host: str, port: int, ssl_context: ssl.SSLContext | None,
+    limits: listener.ConnectionLimits | None = None,
 ) -> tuple[web.AppRunner, int]:
-    """Start a TLS listener; returns the runner and the bound port (useful with port 0)."""
+    """Start a listener (TLS unless `ssl_context` is None) with the connection limits; returns
+    the runner and the bound port (useful with port 0)."""
     require_loopback(host)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5)
+    limits = limits or listener.ConnectionLimits()
+    app[handlers.BODY_TIMEOUT] = limits.body_timeout
+    runner = listener.Runner(app, limits=limits, access_log=None, handle_signals=False, shutdown_timeout=5)
     await runner.setup()
     # SO_REUSEADDR only lets a restarted server bind over connections still closing (Linux
     # refuses a second listener regardless), so a restart gets its port back at once.
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True, backlog=512)
+    site = listener.Site(runner, host, port, ssl_context=ssl_context, limits=limits)
     try:
         await site.start()
     except BaseException:
         await runner.cleanup()
         raise
-    server = site._server  # aiohttp exposes the bound sockets only here
-    assert server is not None
-    bound = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, bound
+    return runner, site.port

@@ -16,6 +16,7 @@ from socialweb_computer.apiserver import (
     admission,
     crds,
     defaultclass,
+    fairness,
     metrics,
     namespaces,
     registry,
@@ -42,15 +43,23 @@ class LogicalCluster:
     approved kubernetes.io/kube-apiserver-client CSRs are signed."""
 
     def __init__(self, name: str, backend: storage.Backend, *, keys: tokens.KeySet | None = None,
-                 root_ca_pem: bytes = b"", client_ca: tuple[str, str] | None = None) -> None:
+                 root_ca_pem: bytes = b"", client_ca: tuple[str, str] | None = None,
+                 limits: fairness.Limits | None = None,
+                 on_problems_changed: Callable[[], None] | None = None) -> None:
         from socialweb_computer.apiserver import subresources
 
         self.name = name
+        self.backend = backend
         self.registry = registry.Registry()
         self.store = store.Store(name, backend, self.registry)
         self.metrics = metrics.ApiserverMetrics()
+        # What this cluster may take of the process (unlimited unless the gateway says otherwise).
+        self.budget = fairness.Budget(limits)
+        self.store.budget = self.budget
+        self.budget.set_counter(self._count_objects)
+        self.store.after_write.append(self._count_writes)
         self.crds = crds.CrdController(self.store)
-        self.auth = policy.ClusterPolicy(self.store)
+        self.auth = policy.ClusterPolicy(self.store, on_problems_changed)
         self.tokens = serviceaccounts.TokenService(self.store, keys or tokens.KeySet(None))
         self.token_secrets = tokensecrets.TokenSecrets(self.store, self.tokens, root_ca_pem)
         self.root_ca = tokensecrets.RootCAPublisher(self.store, root_ca_pem) if root_ca_pem else None
@@ -73,6 +82,7 @@ class LogicalCluster:
         self._openapi: dict[str, tuple[int, Any]] = {}
 
     async def start(self) -> None:
+        await self.budget.load()
         await self.crds.start()
         await self.auth.start()
         await self.priority.start()
@@ -105,6 +115,23 @@ class LogicalCluster:
             except errors.StatusError as e:
                 if e.reason != "AlreadyExists":
                     raise
+
+    def problems(self) -> list[str]:
+        """What this cluster serves wrong or not at all (readiness, the Cluster's status)."""
+        return self.auth.problems() + storage.problems_of(self.backend)
+
+    def _count_writes(self, kind: Any, event: str, new: Any, old: Any) -> None:
+        self.budget.on_write(kind.group, kind.plural, event)
+
+    async def _count_objects(self) -> tuple[int, int]:
+        """(objects, pods) stored under this cluster, Events left out (fairness.Budget counts so)."""
+        prefix = f"/{self.name}/"
+        total = await self.backend.count(prefix)
+        uncounted = 0
+        for group, plural in (("core", "events"), ("events.k8s.io", "events")):
+            uncounted += await self.backend.count(f"{prefix}{group}/{plural}/")
+        pods = await self.backend.count(f"{prefix}core/pods/")
+        return total - uncounted, pods
 
     def _identity_writes(self, kind: Any, event: str, new: Any, old: Any) -> None:
         if kind.group == "":

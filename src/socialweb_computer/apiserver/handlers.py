@@ -172,14 +172,26 @@ def root_paths(cluster: cluster_mod.LogicalCluster) -> dict[str, Any]:
 # --------------------------------------------------------------------------- bodies
 
 
+# How long a request's body may take to arrive (the listener's bodyTimeout; app.serve sets it).
+BODY_TIMEOUT: web.AppKey[float] = web.AppKey("body_timeout", float)
+
+
 async def read_body(request: web.Request) -> bytes:
     if request.content_length is not None and request.content_length > MAX_BODY:
         raise errors.entity_too_large()
     body = bytearray()
-    async for chunk in request.content.iter_chunked(65536):
-        body.extend(chunk)
-        if len(body) > MAX_BODY:
-            raise errors.entity_too_large()
+    timeout = request.app.get(BODY_TIMEOUT)
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.content.iter_chunked(65536):
+                body.extend(chunk)
+                if len(body) > MAX_BODY:
+                    raise errors.entity_too_large()
+    except TimeoutError:
+        if request.protocol is not None:
+            request.protocol.force_close()  # the rest of the body is not worth waiting for
+        raise errors.StatusError(
+            408, "Timeout", f"the request body did not arrive within {timeout:g}s") from None
     return bytes(body)
 
 
@@ -436,11 +448,12 @@ async def handle_watch(request: web.Request, kind: kinds.KindInfo, namespace: st
     watches = request.app.get(WATCHES)
     if task is None or watches is None:
         return await _watch(request, kind, namespace)
-    watches.add(task)
-    try:
-        return await _watch(request, kind, namespace)
-    finally:
-        watches.discard(task)
+    with _cluster(request).budget.watch_slot():
+        watches.add(task)
+        try:
+            return await _watch(request, kind, namespace)
+        finally:
+            watches.discard(task)
 
 
 async def _watch(request: web.Request, kind: kinds.KindInfo, namespace: str) -> web.StreamResponse:
@@ -576,7 +589,7 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
         return json_response(root_paths(_cluster(request)))
     head = segments[0]
     if head in health.CHECKS:
-        return await health.handle(request, _cluster(request).store.backend, segments)
+        return await health.handle(request, _cluster(request), segments)
     if head == "metrics" and len(segments) == 1:
         return await handle_metrics(request)
     if head == "version" and len(segments) == 1:

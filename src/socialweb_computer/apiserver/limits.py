@@ -12,8 +12,8 @@ refused early, with the Status upstream uses for it:
   no real object comes near it;
 - YAML aliases: go-yaml's own rule ("document contains excessive aliasing"), applied to the
   parser's events before anything is built, so a bomb never expands;
-- JSON patch: upstream's 10,000 operations, and no patch may grow the document past what a
-  request body may be (evanphx/json-patch's accumulated copy size);
+- JSON patch: upstream's 10,000 operations, and what its `copy` operations add is bounded
+  (evanphx/json-patch's AccumulatedCopySizeLimit, which upstream leaves unlimited);
 - warnings: upstream's budget of 4,096 characters of `Warning` headers per response, and at
   most `MAX_WARNINGS` of them (so clients that read at most 100 headers can read the answer);
 - stored size: the 3 MiB request limit applies to the object as stored, not only as sent.
@@ -35,6 +35,10 @@ MAX_BODY = 3 * 1024 * 1024  # what kube-apiserver reads of a request body
 MAX_STORED = MAX_BODY  # ... and what we store of one object
 MAX_DEPTH = 100  # JSON/YAML nesting levels
 MAX_JSON_PATCH_OPERATIONS = 10_000
+# What the `copy` operations of one JSON patch may add. Copying costs about what it adds, twice
+# (measured, then built), so this bounds the patch's work too; a real patch copies a field or a
+# container, not megabytes.
+MAX_JSON_PATCH_COPIED = 64 * 1024
 MAX_WARNING_RUNES = 4 * 1024  # truncateAtTotalRunes
 MAX_WARNING_ITEM_RUNES = 256  # truncateItemRunes
 # Ours: Python's http.client (under the official client) refuses a response with more than
@@ -51,6 +55,10 @@ class TooDeepError(ValueError):
 
 class AliasingError(ValueError):
     pass
+
+
+class ExpandsTooLargeError(ValueError):
+    """A YAML document whose aliases expand past what may be stored."""
 
 
 # --------------------------------------------------------------------------- depth
@@ -93,9 +101,9 @@ def check_yaml_events(events: Iterable[yaml.Event], depth_limit: int = MAX_DEPTH
     alias expansion also counts as aliased. Within one expansion the aliased share only
     grows, so checking when each top-level alias is done is checking at every step.
     """
-    sizes: dict[str, int] = {}  # anchored node → decodes to build it, aliases expanded
-    frames: list[list[Any]] = []  # open collections: [anchor, decodes so far]
-    decodes = aliased = 0
+    sizes: dict[str, tuple[int, int]] = {}  # anchored node → (decodes, JSON bytes), aliases expanded
+    frames: list[list[Any]] = []  # open collections: [anchor, decodes so far, bytes so far]
+    decodes = aliased = length = 0
     for event in events:
         if isinstance(event, yaml.DocumentEndEvent):
             return
@@ -103,31 +111,39 @@ def check_yaml_events(events: Iterable[yaml.Event], depth_limit: int = MAX_DEPTH
             if len(frames) >= depth_limit:
                 raise TooDeepError(f"exceeded max depth of {depth_limit}")
             decodes += 1
-            frames.append([event.anchor, 1])
+            length += 2
+            frames.append([event.anchor, 1, 2])
             continue
         if isinstance(event, yaml.CollectionEndEvent):
-            anchor, size = frames.pop()
+            anchor, size, nbytes = frames.pop()
             if anchor is not None:
-                sizes[anchor] = size
+                sizes[anchor] = (size, nbytes)
             if frames:
                 frames[-1][1] += size
+                frames[-1][2] += nbytes
             continue
         if isinstance(event, yaml.AliasEvent):
-            expanded = sizes.get(event.anchor, 0)
+            expanded, nbytes = sizes.get(event.anchor, (0, 0))
             decodes += 1 + expanded
             aliased += expanded
+            length += nbytes
             size = 1 + expanded
             if aliased > 100 and decodes > 1000 and aliased / decodes > _allowed_alias_ratio(decodes):
                 raise AliasingError(EXCESSIVE_ALIASING)
+            if length > MAX_STORED:
+                # What the aliases would build could never be stored: say so before building it.
+                raise ExpandsTooLargeError(f"the document's aliases expand it past {MAX_STORED} bytes")
         elif isinstance(event, yaml.ScalarEvent):
             decodes += 1
-            size = 1
+            size, nbytes = 1, len(event.value) + 3  # the JSON string's quotes and separator
+            length += nbytes
             if event.anchor is not None:
-                sizes[event.anchor] = 1
+                sizes[event.anchor] = (1, nbytes)
         else:
             continue
         if frames:
             frames[-1][1] += size
+            frames[-1][2] += nbytes
 
 
 def yaml_events(text: str, loader: type) -> Iterable[yaml.Event]:

@@ -19,7 +19,7 @@ import logging
 from typing import Any
 
 from socialweb_computer.api import errors, objects
-from socialweb_computer.apiserver import keys, kinds
+from socialweb_computer.apiserver import fairness, keys, kinds
 from socialweb_computer.apiserver import store as store_mod
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,8 @@ class NamespaceController:
         task.add_done_callback(lambda _t: self._running.pop(name, None))
 
     async def _finalize(self, name: str) -> None:
+        # Emptying a namespace is the cluster's own work: it keeps the controllers' write pace.
+        fairness.WRITE_BUDGET.set(self.store.budget.write_budget if self.store.budget is not None else None)
         try:
             while True:
                 remaining = await self._delete_contents(name)

@@ -31,6 +31,7 @@ from socialweb_computer.api import errors, objects
 from socialweb_computer.api.errors import Cause, StatusError
 from socialweb_computer.apiserver import (
     conversion,
+    fairness,
     gojson,
     keys,
     kinds,
@@ -125,6 +126,29 @@ class Filter:
 decode = stored.decode
 
 
+# Long loops of writes inside one request (deletecollection, a cluster's removal) let the
+# event loop serve others this often.
+_YIELD_EVERY = 20
+
+
+@contextlib.contextmanager
+def _writing() -> Iterator[None]:
+    """A backend write: the store's disk being full is the client's 507, not a 500."""
+    try:
+        yield
+    except storage.StorageFullError as e:
+        raise errors.insufficient_storage() from e
+
+
+@contextlib.contextmanager
+def _still_there(kind: kinds.KindInfo, name: str) -> Iterator[None]:
+    """A read-modify-write whose object went meanwhile (a JSON patch shares the loop) is a 404."""
+    try:
+        yield
+    except storage.KeyNotFoundError:
+        raise errors.not_found(kind.plural, name, kind.group) from None
+
+
 def encode_for_storage(kind: kinds.KindInfo, obj: Object) -> bytes:
     """`stored.encode`, refusing what may not be stored: more than a request body may carry
     (413), or nesting deeper than the encoder goes (400); neither can come from a body we decoded."""
@@ -182,6 +206,8 @@ class Store:
         # raising StatusError refuses it (system PriorityClasses, for one).
         self.before_delete: list[Callable[[kinds.KindInfo, Object], None]] = []
         self._event_cache: watching.EventCache | None = None
+        # The cluster's share of the gateway (object and pod counts); None: unlimited.
+        self.budget: fairness.Budget | None = None
 
     # ---------------------------------------------------------------- helpers
 
@@ -322,6 +348,7 @@ class Store:
         *,
         raw_duplicates: tuple[str, ...] = (),
     ) -> WriteResult:
+        await fairness.controller_write()  # before anything is read, so read-and-write stays one step
         warnings = self._check_fields(kind, obj, raw_duplicates, options)
         self._check_type_meta(kind, obj)
         obj = conversion.to_storage(kind, obj)
@@ -360,12 +387,15 @@ class Store:
         if options.field_manager:
             self._track(self.storage_kind(kind), None, obj, options)
         value = encode_for_storage(self.storage_kind(kind), obj)
+        if self.budget is not None:
+            await self.budget.admit_create(kind.group, kind.plural, meta["name"])
         if options.dry_run:
             if await self.backend.get(self.key(kind, namespace, meta["name"])) is not None:
                 raise errors.already_exists(kind.plural, meta["name"], kind.group)
             return WriteResult(self._finish(kind, obj), created=True, warnings=warnings)
         try:
-            written = await self.backend.create(self.key(kind, namespace, meta["name"]), value)
+            with _writing():
+                written = await self.backend.create(self.key(kind, namespace, meta["name"]), value)
         except storage.KeyExistsError:
             raise errors.already_exists(kind.plural, meta["name"], kind.group) from None
         meta["resourceVersion"] = str(written.kv.mod_revision)
@@ -407,12 +437,11 @@ class Store:
             return validation.report_fields(
                 pruned, list(duplicates), mode=options.field_validation, kind=kind.kind, version=kind.version
             )
-        problem = self.type_error(kind, obj)
+        problem = self.type_error(kind, obj, drop_nulls=True)
         if problem:
             raise errors.bad_request(
                 f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: {problem}'
             )
-        typecheck.drop_omitted_nulls(obj, kind.definition)
         return validation.check_fields(
             obj,
             list(duplicates),
@@ -424,11 +453,11 @@ class Store:
         )
 
     @staticmethod
-    def type_error(kind: kinds.KindInfo, obj: Object) -> str | None:
+    def type_error(kind: kinds.KindInfo, obj: Object, *, drop_nulls: bool = False) -> str | None:
         """What Go's decoder says about `obj` as the kind's type (None for custom resources)."""
         if kind.custom or not kind.definition:
             return None
-        return typecheck.first_error(obj, kind.definition)
+        return typecheck.first_error(obj, kind.definition, drop_nulls=drop_nulls)
 
     def _validate(
         self, kind: kinds.KindInfo, strategy: strategy_base.Strategy, obj: Object, old: Object | None,
@@ -453,8 +482,6 @@ class Store:
             causes += structural.validate(obj, kind.schema)
         elif kind.definition:
             reported = {c.field for c in causes}
-            missing = typecheck.missing_required(obj, kind.definition)
-            causes += [strategy_base.required(path) for path in missing if path not in reported]
             causes += [c for c in field_rules.causes(obj, kind.definition) if c.field not in reported]
         if causes:
             raise errors.invalid(kind.kind, obj.get("metadata", {}).get("name", ""), causes, kind.group)
@@ -491,6 +518,7 @@ class Store:
         *,
         raw_duplicates: tuple[str, ...] = (),
     ) -> WriteResult:
+        await fairness.controller_write()  # before anything is read, so read-and-write stays one step
         warnings = self._check_fields(kind, obj, raw_duplicates, options)
         self._check_type_meta(kind, obj)
         meta = objects.meta(obj)
@@ -622,11 +650,13 @@ class Store:
                 meta.get("deletionGracePeriodSeconds")
                 and not strategies.for_kind(kind.group, kind.kind).holds_deletion(new)):
             # The last finalizer is gone (and no graceful deletion is pending): the object goes now.
-            deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
+            with _writing(), _still_there(kind, meta.get("name", "")):
+                deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
             meta["resourceVersion"] = str(deleted.revision)
             self._notify(kind, "DELETED", None, self._typed(kind, new))
             return WriteResult(self._finish(kind, new))
-        written = await self.backend.update(kv.key, value, expected_revision=kv.mod_revision)
+        with _writing(), _still_there(kind, meta.get("name", "")):
+            written = await self.backend.update(kv.key, value, expected_revision=kv.mod_revision)
         meta["resourceVersion"] = str(written.kv.mod_revision)
         self._notify(kind, "MODIFIED", self._typed(kind, new), self._typed(kind, old))
         return WriteResult(self._finish(kind, new))
@@ -662,6 +692,7 @@ class Store:
         *,
         user_agent: str = "",
     ) -> WriteResult:
+        await fairness.controller_write()
         if patch_type == "strategic" and kind.custom:
             raise patching.strategic_not_supported(kind.plural)
         if patch_type == "apply":
@@ -673,7 +704,7 @@ class Store:
             kv = await self._get_kv(kind, namespace, name)
             stored = decode(kv)
             old = self._finish(kind, stored)
-            patched = patching.patch_object(
+            patched = await patching.patch_object_async(
                 patch_type,
                 copy.deepcopy(old),
                 body,
@@ -797,6 +828,7 @@ class Store:
         self, kind: kinds.KindInfo, namespace: str, name: str, node: str, conditions: list[Object]
     ) -> Object:
         """Assign a pod to a node: the one write allowed to set `spec.nodeName` after creation."""
+        await fairness.controller_write()
         for _attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self._get_kv(kind, namespace, name)
             old = decode(kv)
@@ -818,9 +850,9 @@ class Store:
             new.setdefault("spec", {})["nodeName"] = node
             new.setdefault("status", {})["conditions"] = conditions
             try:
-                written = await self.backend.update(
-            kv.key, stored.encode(new, kind), expected_revision=kv.mod_revision
-        )
+                with _writing():
+                    written = await self.backend.update(
+                        kv.key, stored.encode(new, kind), expected_revision=kv.mod_revision)
             except storage.RevisionMismatchError:
                 continue
             new["metadata"]["resourceVersion"] = str(written.kv.mod_revision)
@@ -835,6 +867,7 @@ class Store:
         self, kind: kinds.KindInfo, namespace: str, name: str, options: DeleteOptions
     ) -> tuple[Object, int]:
         """Delete or start deleting. Returns the object (or a Status) and the HTTP code."""
+        await fairness.controller_write()
         for _attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self._get_kv(kind, namespace, name)
             obj = self._typed(kind, decode(kv))  # stored form; the reply is `_finish`ed
@@ -873,7 +906,8 @@ class Store:
                 if options.dry_run:
                     return self._finish(kind, obj), 200
                 try:
-                    deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
+                    with _writing():
+                        deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
                 except (storage.RevisionMismatchError, storage.KeyNotFoundError):
                     continue
                 meta["resourceVersion"] = str(deleted.revision)
@@ -895,9 +929,10 @@ class Store:
             if options.dry_run:
                 return self._finish(kind, obj), 202 if graceful else 200
             try:
-                written = await self.backend.update(
-                    kv.key, stored.encode(obj, self.storage_kind(kind)), expected_revision=kv.mod_revision
-                )
+                with _writing():
+                    written = await self.backend.update(
+                        kv.key, stored.encode(obj, self.storage_kind(kind)), expected_revision=kv.mod_revision
+                    )
             except (storage.RevisionMismatchError, storage.KeyNotFoundError):
                 continue
             meta["resourceVersion"] = str(written.kv.mod_revision)
@@ -954,6 +989,8 @@ class Store:
                     count += 1
                 except storage.KeyNotFoundError:
                     pass
+                if count % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
             if not page.more:
                 return count
             await asyncio.sleep(0)  # a cluster's teardown must not hold every other tenant

@@ -61,38 +61,55 @@ _RFC3339 = "2006-01-02T15:04:05Z07:00"
 
 
 class _Context:
-    """encoding/json's errorContext: the innermost struct and the JSON names that led there."""
+    """encoding/json's errorContext: the innermost struct and the JSON names that led there;
+    and the `null`s met in omitempty fields (which Go would not write back)."""
 
-    __slots__ = ("error", "fields", "struct")
+    __slots__ = ("error", "fields", "go_fields", "nulls", "struct")
 
-    def __init__(self) -> None:
+    def __init__(self, go_fields: Mapping[str, Mapping[str, go_table.FieldInfo]] | None = None) -> None:
         self.struct = ""
         self.fields: list[str] = []
         self.error: str | None = None
+        self.go_fields = go_fields
+        self.nulls: list[tuple[dict[str, Any], str]] = []
 
     def save(self, message: str) -> None:
         if self.error is None:
             self.error = message
 
-    def type_error(self, value: Any, go_type: str, literal: str = "") -> None:
-        """UnmarshalTypeError.Error(), with the field context Go adds to it."""
+    def type_error(self, value: Any, go: str | Schema, literal: str = "",
+                   defs: Mapping[str, Schema] | None = None) -> None:
+        """UnmarshalTypeError.Error(), with the field context Go adds to it. `go` is the Go type,
+        or the schema to name it from (named only when the error is the one reported)."""
+        if self.error is not None:
+            return
+        shown = go if isinstance(go, str) else go_type(go, defs or schemas.definitions())
         what = _json_kind(value) + (f" {literal}" if literal else "")
         if self.struct or self.fields:
             self.save(f"json: cannot unmarshal {what} into Go struct field {self.struct}."
-                      f"{'.'.join(self.fields)} of type {go_type}")
+                      f"{'.'.join(self.fields)} of type {shown}")
         else:
-            self.save(f"json: cannot unmarshal {what} into Go value of type {go_type}")
+            self.save(f"json: cannot unmarshal {what} into Go value of type {shown}")
 
 
 def first_error(obj: Mapping[str, Any], definition: str,
-                defs: Mapping[str, Schema] | None = None) -> str | None:
-    """The error Go's decoder would return for `obj` as the type named by `definition`, or None."""
+                defs: Mapping[str, Schema] | None = None, *, drop_nulls: bool = False) -> str | None:
+    """The error Go's decoder would return for `obj` as the type named by `definition`, or None.
+
+    `drop_nulls` also removes, when there is no error, the `null`s Go would not write back: a
+    nil pointer, slice or map in an `omitempty` field is left out when the object is encoded,
+    so `replicas: null` is stored as no replicas (and defaulted). A field without omitempty
+    keeps its `null`, as Go writes it.
+    """
     defs = schemas.definitions() if defs is None else defs
     schema = defs.get(definition)
     if schema is None:
         return None
-    context = _Context()
+    context = _Context(_go_fields() if drop_nulls else None)
     _check(obj, {"$ref": schemas.REF_PREFIX + definition}, context, defs)
+    if context.error is None:
+        for holder, key in context.nulls:
+            holder.pop(key, None)
     return context.error
 
 
@@ -163,14 +180,26 @@ def _check(value: Any, schema: Schema, context: _Context, defs: Mapping[str, Sch
         target = defs.get(name)
         if target is None:
             return
-        _check_typed(value, target, go_type(schema, defs), name.rpartition(".")[2], context, defs)
+        _check_typed(value, target, schema, name, context, defs)
         return
-    _check_typed(value, schema, go_type(schema, defs), "", context, defs)
+    _check_typed(value, schema, schema, "", context, defs)
 
 
-def _check_typed(value: Any, schema: Schema, go: str, struct: str, context: _Context,
+_TYPES: dict[int, frozenset[str]] = {}
+
+
+def _types_of(schema: Schema) -> frozenset[str]:
+    """schemas.types_of, remembered per schema (the definitions never change while we run)."""
+    found = _TYPES.get(id(schema))
+    if found is None:
+        found = _TYPES[id(schema)] = frozenset(schemas.types_of(schema))
+    return found
+
+
+def _check_typed(value: Any, schema: Schema, go: Schema, struct: str, context: _Context,
                  defs: Mapping[str, Schema]) -> None:
-    types = schemas.types_of(schema)
+    """`schema` is the resolved type; `go` the schema that names its Go type in an error."""
+    types = _types_of(schema)
     if not types:
         if schema.get("properties"):
             types = {"object"}
@@ -178,7 +207,7 @@ def _check_typed(value: Any, schema: Schema, go: str, struct: str, context: _Con
             return  # no type: anything (an interface{} field)
     if "object" in types:
         if not isinstance(value, dict):
-            context.type_error(value, go)
+            context.type_error(value, go, defs=defs)
             return
         props = schema.get("properties")
         if props:
@@ -190,7 +219,7 @@ def _check_typed(value: Any, schema: Schema, go: str, struct: str, context: _Con
         return
     if "array" in types:
         if not isinstance(value, list):
-            context.type_error(value, go)
+            context.type_error(value, go, defs=defs)
             return
         items = schema.get("items")
         if isinstance(items, dict):
@@ -199,7 +228,7 @@ def _check_typed(value: Any, schema: Schema, go: str, struct: str, context: _Con
         return
     if "string" in types:
         if not isinstance(value, str):
-            context.type_error(value, go)
+            context.type_error(value, go, defs=defs)
         elif schema.get("format") == "byte":
             problem = base64_error(value)
             if problem:
@@ -210,19 +239,27 @@ def _check_typed(value: Any, schema: Schema, go: str, struct: str, context: _Con
         return
     if "number" in types:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            context.type_error(value, go)
+            context.type_error(value, go, defs=defs)
         return
     if "boolean" in types and not isinstance(value, bool):
-        context.type_error(value, go)
+        context.type_error(value, go, defs=defs)
 
 
-def _check_struct(value: dict[str, Any], props: Mapping[str, Schema], struct: str, context: _Context,
+def _check_struct(value: dict[str, Any], props: Mapping[str, Schema], definition: str, context: _Context,
                   defs: Mapping[str, Schema]) -> None:
     outer_struct, depth = context.struct, len(context.fields)
+    go_fields = (context.go_fields.get("k8s.io." + definition.removeprefix("io.k8s."))
+                 if context.go_fields is not None and definition else None)
+    struct = definition.rpartition(".")[2]
     for key, item in value.items():
         child = props.get(key)
         if child is None:
             continue  # unknown: reported and dropped by field validation
+        if item is None:
+            field = go_fields.get(key) if go_fields is not None else None
+            if field is not None and (field.omitempty or field.omitzero):
+                context.nulls.append((value, key))
+            continue
         context.struct = struct
         context.fields.append(key)
         _check(item, child, context, defs)
@@ -369,24 +406,6 @@ def _go_fields() -> Mapping[str, Mapping[str, go_table.FieldInfo]] | None:
     return {name: {f.name: f for f in message.fields if f.name} for name, message in loaded.messages.items()}
 
 
-def drop_omitted_nulls(obj: Mapping[str, Any], definition: str,
-                       defs: Mapping[str, Schema] | None = None) -> None:
-    """Remove `null`s that Go would not write back: a nil pointer, slice or map in an `omitempty`
-    field is left out when the object is encoded, so `replicas: null` is stored as no replicas
-    (and defaulted). A field without omitempty keeps its `null`, as Go writes it."""
-    known = _go_fields()
-    if known is None:
-        return
-    for name, value, _ in list(structs(obj, definition, defs, desired_only=False)):
-        fields = known.get("k8s.io." + name.removeprefix("io.k8s."))
-        if fields is None:
-            continue
-        for key in [k for k, v in value.items() if v is None]:
-            field = fields.get(key)
-            if field is not None and (field.omitempty or field.omitzero):
-                del value[key]
-
-
 # --------------------------------------------------------------------------- required fields
 
 
@@ -402,12 +421,20 @@ def missing_required(obj: Mapping[str, Any], definition: str,
     defs = schemas.definitions() if defs is None else defs
     out: list[str] = []
     for name, value, path in structs(obj, definition, defs):
-        schema = defs.get(name) or {}
-        props = schema.get("properties") or {}
-        for key in schema.get("required") or ():
-            if key not in value and _zero_is_missing(props.get(key), key, defs):
-                out.append(f"{path}.{key}" if path else key)
+        out += missing_fields(name, value, path, defs)
     return out
+
+
+def missing_fields(definition: str, value: Mapping[str, Any], path: str,
+                   defs: Mapping[str, Schema]) -> list[str]:
+    """The required fields one struct (of `definition`, at `path`) leaves out."""
+    schema = defs.get(definition) or {}
+    required = schema.get("required")
+    if not required:
+        return []
+    props = schema.get("properties") or {}
+    return [f"{path}.{key}" if path else key for key in required
+            if key not in value and _zero_is_missing(props.get(key), key, defs)]
 
 
 # Required strings whose empty value upstream accepts (an HTTP header or a sysctl may be empty).

@@ -285,6 +285,8 @@ def _decode_yaml(raw: bytes, media: str, kind: str) -> tuple[Object, list[str]]:
     try:
         limits.check_yaml_events(limits.yaml_events(text, _BaseLoader))
         value = loader.get_data() if loader.check_data() else None
+    except limits.ExpandsTooLargeError as e:
+        raise errors.entity_too_large(f"Request entity too large: {e}") from None
     except (yaml.YAMLError, limits.AliasingError, limits.TooDeepError) as e:
         inner = _go_yaml_error(e) if isinstance(e, yaml.YAMLError) else f"yaml: {e}"
         if media == "application/apply-patch+yaml":

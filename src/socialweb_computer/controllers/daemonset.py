@@ -436,12 +436,16 @@ class DaemonSetController:
             labels[GENERATION_LABEL] = generation
         spec = template.setdefault("spec", {})
         add_daemon_tolerations(spec)
-        for node in create_on:
-            spec["affinity"] = replace_node_affinity(spec.get("affinity"), node)
+        nodes = iter(create_on[:podcontrol.DAEMONSET_BURST])
+
+        async def create_next() -> None:
+            spec["affinity"] = replace_node_affinity(spec.get("affinity"), next(nodes))
             # The daemon set itself (events name it) with the per-node template.
             owner_view = {**ds, "spec": {**(ds.get("spec") or {}), "template": template}}
             await podcontrol.create(self.store, self.pods.kind, self.recorder, COMPONENT, owner_view,
                                     owner_ref(ds), manager=MANAGER)
+
+        await podcontrol.slow_start(min(len(create_on), podcontrol.DAEMONSET_BURST), create_next)
 
     # ------------------------------------------------------------ rolling update
 

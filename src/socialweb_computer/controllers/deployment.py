@@ -489,6 +489,15 @@ class DeploymentController:
                 for cond in conditions:
                     if cond["type"] == "Progressing":
                         cond["lastUpdateTime"] = now
+        # getReplicaFailures: a ReplicaSet's failure to create or delete pods is the Deployment's too.
+        conditions = [c for c in conditions if c.get("type") != "ReplicaFailure"]
+        failure = next((c for rs in everything for c in (rs.get("status") or {}).get("conditions") or []
+                        if c.get("type") == "ReplicaFailure"), None)
+        if failure is not None:
+            conditions.append({"type": "ReplicaFailure", "status": failure.get("status", "True"),
+                               "lastUpdateTime": failure.get("lastTransitionTime", now),
+                               "lastTransitionTime": failure.get("lastTransitionTime", now),
+                               "reason": failure.get("reason", ""), "message": failure.get("message", "")})
         # Progressing is listed before Available, as the real controller leaves them.
         conditions.sort(key=lambda c: {"Available": 1, "Progressing": 0}.get(c["type"], 2))
         status["conditions"] = conditions

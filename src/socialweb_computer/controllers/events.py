@@ -2,9 +2,11 @@
 `kubectl get events` show them.
 
 A repeat of the same (object, type, reason, message) bumps `count` and `lastTimestamp`
-on the existing Event instead of writing a new one, like client-go's event correlator.
-Recording never fails a sync: an Event that cannot be written is logged and dropped.
-Called by every controller in this package.
+on the existing Event instead of writing a new one, like client-go's event correlator,
+and like its spam filter each (component, object) may record 25 events at once and then
+one every five minutes (a ReplicaSet creating thousands of pods writes 25 events about it,
+not thousands). Recording never fails a sync: an Event that cannot be written is logged
+and dropped. Called by every controller in this package.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ Object = dict[str, Any]
 NORMAL, WARNING = "Normal", "Warning"
 # Bounded memory of recent events for de-duplication; the oldest entries go first.
 _MAX_REMEMBERED = 4096
+# EventSourceObjectSpamFilter: a burst of 25 per (component, object), refilled one per 5 minutes.
+SPAM_BURST = 25
+SPAM_REFILL_SECONDS = 300.0
 
 
 class Recorder:
@@ -30,6 +35,7 @@ class Recorder:
         self.store = store
         self.clock = clock
         self._recent: dict[tuple[str, str, str, str, str], tuple[str, str]] = {}
+        self._spam: dict[tuple[str, str], tuple[float, float]] = {}  # (component, uid) → (tokens, when)
 
     @property
     def _kind(self) -> Any:
@@ -37,7 +43,21 @@ class Recorder:
         assert kind is not None
         return kind
 
+    def _spam_allows(self, component: str, obj: Object) -> bool:
+        key = (component, obj["metadata"].get("uid", "") or obj["metadata"].get("name", ""))
+        moment = self.clock.now().timestamp()
+        tokens, stamp = self._spam.pop(key, (float(SPAM_BURST), moment))
+        tokens = min(float(SPAM_BURST), tokens + (moment - stamp) / SPAM_REFILL_SECONDS)
+        allowed = tokens >= 1
+        if len(self._spam) >= _MAX_REMEMBERED:
+            self._spam.pop(next(iter(self._spam)))
+        self._spam[key] = (tokens - 1 if allowed else tokens, moment)
+        return allowed
+
     async def event(self, component: str, obj: Object, type_: str, reason: str, message: str) -> None:
+        if not self._spam_allows(component, obj):
+            log.debug("event %s on %s dropped by the spam filter", reason, obj["metadata"].get("name"))
+            return
         try:
             await self._record(component, obj, type_, reason, message)
         except errors.StatusError as e:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import orjson
 
 from socialweb_computer.api import errors, objects
-from socialweb_computer.apiserver import kinds
+from socialweb_computer.apiserver import fairness, kinds
 from socialweb_computer.apiserver import store as store_mod
 
 log = logging.getLogger(__name__)
@@ -172,24 +172,32 @@ class WorkQueue:
         self._ready.set()
 
 
-async def run_worker(name: str, queue: WorkQueue, sync: Callable[[Any], Awaitable[None]]) -> None:
-    """Sync keys until cancelled; a failing key is retried with back-off."""
+async def run_worker(name: str, queue: WorkQueue, sync: Callable[[Any], Awaitable[None]],
+                     budget: Callable[[], fairness.TokenBucket | None] | None = None) -> None:
+    """Sync keys until cancelled; a failing key is retried with back-off.
+
+    `budget` gives the cluster's controller write budget: every store write a sync makes
+    waits for it (fairness.WRITE_BUDGET), so one cluster's controllers keep their pace.
+    """
     while True:
         key = await queue.get()
+        token = fairness.WRITE_BUDGET.set(budget() if budget is not None else None)
         try:
             await sync(key)
             queue.forget(key)
         except asyncio.CancelledError:
             raise
         except errors.StatusError as e:
-            # Conflicts, vanished objects and terminating namespaces are routine: retry quietly.
-            level = logging.DEBUG if e.code in (403, 404, 409, 422) else logging.WARNING
+            # Conflicts, vanished objects, terminating namespaces, a cluster at its limits and a
+            # full disk are routine: retry quietly (with back-off).
+            level = logging.DEBUG if e.code in (403, 404, 409, 422, 429, 507) else logging.WARNING
             log.log(level, "%s: sync of %s failed (retry %d): %s", name, key, queue.failures(key), e.message)
             queue.add_rate_limited(key)
         except Exception:
             log.exception("%s: sync of %s failed (retry %d)", name, key, queue.failures(key))
             queue.add_rate_limited(key)
         finally:
+            fairness.WRITE_BUDGET.reset(token)
             queue.done(key)
 
 

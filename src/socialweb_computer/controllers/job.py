@@ -252,14 +252,23 @@ class JobController:
                 "Succeeded", "Failed"))
         if missing <= 0:
             return active
+        missing = min(missing, podcontrol.BURST)  # MaxPodCreateDeletePerSync
+
+        async def create() -> None:
+            active.append(await self._create_pod(job, None, pods))
+
         if not indexed(spec):
-            for _ in range(missing):
-                active.append(await self._create_pod(job, None, pods))
+            await podcontrol.slow_start(missing, create)
             return active
         busy = jobpolicy.merge([*(counts.completed or []), *(counts.failed_indexes or [])],
                                self._indexes_of(active, int(completions or 0)))
-        for index in jobpolicy.first_pending(busy, missing, int(completions or 0)):
-            active.append(await self._create_pod(job, index, pods))
+        indexes = jobpolicy.first_pending(busy, missing, int(completions or 0))
+        pending = iter(indexes)
+
+        async def create_next() -> None:
+            active.append(await self._create_pod(job, next(pending), pods))
+
+        await podcontrol.slow_start(len(indexes), create_next)
         return active
 
     @staticmethod

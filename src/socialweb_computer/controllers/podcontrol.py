@@ -3,8 +3,10 @@ Kubernetes user expects: SuccessfulCreate / FailedCreate / SuccessfulDelete."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from socialweb_computer.api import errors
@@ -13,6 +15,27 @@ from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.controllers import events, framework
 
 Object = dict[str, Any]
+
+
+# controller.SlowStartInitialBatchSize, and the per-sync bursts of upstream's controllers.
+SLOW_START_INITIAL_BATCH = 1
+BURST = 500  # ReplicaSet burstReplicas, Job MaxPodCreateDeletePerSync
+DAEMONSET_BURST = 250
+
+
+async def slow_start(count: int, make: Callable[[], Awaitable[object]]) -> int:
+    """controller.slowStartBatch: call `make` `count` times in batches of 1, 2, 4, ..., and stop
+    at the first failure (it is raised), so a call that fails (a quota, a limit, a broken
+    template) fails once, not `count` times. Returns how many succeeded."""
+    done = 0
+    batch = min(count, SLOW_START_INITIAL_BATCH)
+    while batch > 0:
+        for _ in range(batch):
+            await make()
+            done += 1
+        batch = min(2 * batch, count - done)
+        await asyncio.sleep(0)
+    return done
 
 
 def controller_ref(owner: Object, *, api_version: str, kind: str) -> Object:

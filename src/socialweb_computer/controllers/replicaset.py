@@ -24,8 +24,7 @@ from socialweb_computer.controllers import events, framework, ownership, podcont
 
 Object = dict[str, Any]
 COMPONENT = "replicaset-controller"
-# Kubernetes creates at most this many pods per sync (slow start batches); good enough here.
-BURST = 500
+BURST = podcontrol.BURST  # pods created or deleted per sync at most, as upstream's burstReplicas
 
 
 def active(pod: Object) -> bool:
@@ -111,12 +110,18 @@ class ReplicaSetController:
         if rs is None:
             return
         pods = [p for p in self.owned_pods(rs) if active(p)]
+        failure: errors.StatusError | None = None
         if not rs["metadata"].get("deletionTimestamp"):
             await self._claim(rs)
             pods = [p for p in self.owned_pods(rs) if active(p)]
-            await self._manage(rs, pods)
+            try:
+                await self._manage(rs, pods)
+            except errors.StatusError as e:
+                failure = e  # reported as the ReplicaFailure condition, then retried with back-off
             pods = [p for p in self.owned_pods(rs) if active(p)]
-        await self._update_status(rs, pods)
+        await self._update_status(rs, pods, failure)
+        if failure is not None:
+            raise failure
 
     async def _claim(self, rs: Object) -> None:
         """Adopt orphans the selector matches; release owned pods it no longer matches (terminating
@@ -130,10 +135,9 @@ class ReplicaSetController:
         want = int((rs.get("spec") or {}).get("replicas", 1))
         diff = len(pods) - want
         if diff < 0:
-            for _ in range(min(-diff, BURST)):
-                await self._create_pod(rs)
+            await podcontrol.slow_start(min(-diff, BURST), lambda: self._create_pod(rs))
         elif diff > 0:
-            for pod in sorted(pods, key=_delete_rank)[:diff]:
+            for pod in sorted(pods, key=_delete_rank)[:min(diff, BURST)]:
                 await self._delete_pod(rs, pod)
 
     async def _create_pod(self, rs: Object) -> None:
@@ -143,7 +147,8 @@ class ReplicaSetController:
     async def _delete_pod(self, rs: Object, pod: Object) -> None:
         await podcontrol.delete(self.store, self.pods.kind, self.recorder, self.owner.component, rs, pod)
 
-    async def _update_status(self, rs: Object, pods: list[Object]) -> None:
+    async def _update_status(self, rs: Object, pods: list[Object],
+                             failure: errors.StatusError | None = None) -> None:
         spec = rs.get("spec") or {}
         template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
         min_ready = int(spec.get("minReadySeconds") or 0)
@@ -172,6 +177,7 @@ class ReplicaSetController:
         for field in ("fullyLabeledReplicas", "readyReplicas", "availableReplicas"):
             if not status[field]:
                 status.pop(field)  # Go's omitempty: zero counts are absent
+        self._replica_failure(rs, status, pods, failure)
         if status == (rs.get("status") or {}):
             return
         updated = copy.deepcopy(rs)
@@ -184,6 +190,25 @@ class ReplicaSetController:
         except errors.StatusError as e:
             if e.code != 404:
                 raise
+
+
+    def _replica_failure(self, rs: Object, status: Object, pods: list[Object],
+                         failure: errors.StatusError | None) -> None:
+        """calculateStatus: a create or delete that failed is the ReplicaFailure condition (kept
+        until a sync manages its pods without error); events about it may be spam-filtered."""
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "ReplicaFailure"]
+        present = next((c for c in status.get("conditions") or [] if c.get("type") == "ReplicaFailure"), None)
+        if failure is not None and present is None:
+            want = int((rs.get("spec") or {}).get("replicas", 1))
+            reason = "FailedCreate" if len(pods) < want else "FailedDelete"
+            conditions.append({"type": "ReplicaFailure", "status": "True", "reason": reason,
+                               "message": failure.message, "lastTransitionTime": now_string(self.clock)})
+        elif failure is not None and present is not None:
+            conditions.append(present)
+        if conditions:
+            status["conditions"] = conditions
+        else:
+            status.pop("conditions", None)
 
 
 def now_string(clock: framework.Clock) -> str:

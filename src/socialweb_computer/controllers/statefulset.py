@@ -259,10 +259,11 @@ class StatefulSetController:
 
     # ------------------------------------------------------------ pods
 
-    def _slots(self, sts: Object) -> tuple[list[Object | None], list[Object]]:
-        """Member pods by ordinal position, and the condemned ones (ordinal out of range, highest first)."""
+    def _slots(self, sts: Object) -> tuple[dict[int, Object], list[Object]]:
+        """Member pods by ordinal position (only those that exist: `spec.replicas` may be 2^31),
+        and the condemned ones (ordinal out of range, highest first)."""
         start = _start(sts)
-        slots: list[Object | None] = [None] * _replicas(sts)
+        slots: dict[int, Object] = {}
         condemned = []
         for pod in self.owned_pods(sts):
             ordinal = ordinal_of(pod)[1]
@@ -277,14 +278,22 @@ class StatefulSetController:
         if sts["metadata"].get("deletionTimestamp"):
             return
         slots, condemned = self._slots(sts)
-        name, start = sts["metadata"]["name"], _start(sts)
-        unhealthy = [f"{name}-{start + i}" for i, p in enumerate(slots) if not podcontrol.healthy(p)]
-        unhealthy += [p["metadata"]["name"] for p in reversed(condemned) if not podcontrol.healthy(p)]
-        first_unhealthy = unhealthy[0] if unhealthy else None
+        name, start, replicas = sts["metadata"]["name"], _start(sts), _replicas(sts)
+        # The first member that is missing or unhealthy: at most one past the pods that exist.
+        first_unhealthy = next((f"{name}-{start + i}" for i in range(replicas)
+                                if not podcontrol.healthy(slots.get(i))), None)
+        if first_unhealthy is None:
+            first_unhealthy = next((p["metadata"]["name"] for p in reversed(condemned)
+                                    if not podcontrol.healthy(p)), None)
         monotonic = _spec(sts).get("podManagementPolicy") != "Parallel"
-        for i, pod in enumerate(slots):
+        created = 0
+        for i in range(replicas):
+            pod = slots.get(i)
+            if pod is None and created >= podcontrol.BURST:
+                break  # the rest on a later sync (each new pod queues one)
             if await self._process_replica(sts, current, update, start + i, pod, monotonic) and monotonic:
                 return
+            created += pod is None
         for pod in condemned:
             await self._sync_claim_refs(sts, pod)
         min_ready, now = int(_spec(sts).get("minReadySeconds") or 0), self.clock.now()
@@ -434,11 +443,13 @@ class StatefulSetController:
         """Replace outdated pods from the highest ordinal down to the partition, keeping at most
         maxUnavailable (default 1) members unhealthy."""
         slots, _ = self._slots(sts)
+        replicas = _replicas(sts)
         partition = int(rolling.get("partition") or 0)
-        max_unavailable = max(deployment.resolve_int_or_percent(rolling.get("maxUnavailable", 1), len(slots),
+        max_unavailable = max(deployment.resolve_int_or_percent(rolling.get("maxUnavailable", 1), replicas,
                                                                 round_up=False), 1)
-        budget = max_unavailable - sum(1 for p in slots if not podcontrol.healthy(p))
-        for index in range(len(slots) - 1, partition - 1, -1):
+        # Missing members are unhealthy ones.
+        budget = max_unavailable - (replicas - sum(1 for p in slots.values() if podcontrol.healthy(p)))
+        for index in sorted((i for i in slots if i >= partition), reverse=True):
             pod = slots[index]
             if budget <= 0:
                 return

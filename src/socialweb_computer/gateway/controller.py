@@ -24,7 +24,7 @@ from typing import Any
 
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import app as app_mod
-from socialweb_computer.apiserver import kinds, store
+from socialweb_computer.apiserver import fairness, kinds, store
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.bidders import base as bidders_base
 from socialweb_computer.clusterprovider import layout
@@ -127,7 +127,7 @@ class ClusterController:
                     or resource.FINALIZER not in meta.get("finalizers", [])
                     or not cluster.get("spec", {}).get("running", True)):
                 continue  # new, deleted, parked or foreign: the sync decides
-            tenant = self._tenant_plane(record)
+            tenant = self._tenant_plane(record, cluster)
             try:
                 await tenant.listen()
             except OSError:
@@ -184,6 +184,26 @@ class ClusterController:
         """Every cluster known at start has been through one sync (readiness)."""
         return not self._unsynced
 
+    def problems(self) -> list[str]:
+        """Clusters serving with something they store unusable (readiness). A cluster that cannot
+        come up is not one: it says why on its status, and the others are not affected."""
+        out = []
+        for name, tenant in sorted(self.tenants.items()):
+            out += [f"cluster {name}: {problem}" for problem in tenant.cluster.auth.problems()]
+        return out
+
+    def limits_of(self, cluster: Object) -> fairness.Limits:
+        """The gateway spec's limits with the Cluster's `spec.limits` over them."""
+        wanted = (cluster.get("spec") or {}).get("limits")
+        if not wanted:
+            return self.spec.limits
+        try:
+            where = f"Cluster {cluster['metadata']['name']}: spec.limits"
+            return spec_mod.limits(wanted, where, self.spec.limits)
+        except spec_mod.SpecError as e:  # the CRD schema keeps this from happening
+            log.warning("%s; the gateway's limits apply", e)
+            return self.spec.limits
+
     def _on_write(self, kind: kinds.KindInfo, event: str, new: Object | None, old: Object | None) -> None:
         if kind.group == resource.GROUP and kind.plural == resource.PLURAL:
             obj = new or old
@@ -231,9 +251,12 @@ class ClusterController:
 
     async def _set_serving(self, cluster: Object, tenant: tenants.TenantPlane, **fields: Any) -> Object:
         url = tenant.record.url
+        tenant.cluster.budget.set_limits(self.limits_of(cluster))
+        problems = tenant.cluster.auth.problems()
+        degraded = resource.degraded_condition(cluster, "; ".join(problems)) if problems else None
         return await self._set_status(cluster, resource.READY, "True", "Serving",
                                       f"the control plane answers at {url}", url=url,
-                                      nodes=tenant.node_count, **fields)
+                                      nodes=tenant.node_count, extra_condition=degraded, **fields)
 
     async def _start_tenant(self, cluster: Object) -> None:
         """Bring the control plane up, or record why not and retry with back-off.
@@ -303,7 +326,7 @@ class ClusterController:
             # A cluster made by an older version: its serving certificate gains the names pods
             # reach it by (layout.SERVING_HOSTS), from the same CA.
             await asyncio.to_thread(self.state.cluster_pki(name).refresh_serving)
-        tenant = self._tenant_plane(record)
+        tenant = self._tenant_plane(record, cluster)
         if self.mirror is not None:
             try:
                 # Before it serves: a gateway that takes over this store must find its CAs and port.
@@ -328,11 +351,12 @@ class ClusterController:
             ) from None
         return tenant
 
-    def _tenant_plane(self, record: layout.ClusterRecord) -> tenants.TenantPlane:
+    def _tenant_plane(self, record: layout.ClusterRecord, cluster: Object) -> tenants.TenantPlane:
         return tenants.TenantPlane(
             record, self.state.cluster_pki(record.name), self.backend, self.spec.address, self.queue.add,
             bidders_base.NodeDirectory(Path(self.state.root), record.name),
             observer.TenantView(record.name, self.changes, self.events),
+            limits=self.limits_of(cluster), connections=self.spec.connections,
         )
 
     def _allocate_port(self, name: str) -> int:
@@ -403,15 +427,19 @@ class ClusterController:
         return await self._write(cluster, {"metadata": {**cluster["metadata"], "finalizers": finalizers}}, "")
 
     async def _set_status(
-        self, cluster: Object, phase: str, ready: str, reason: str, message: str, **fields: Any
+        self, cluster: Object, phase: str, ready: str, reason: str, message: str,
+        extra_condition: Object | None = None, **fields: Any
     ) -> Object:
         current = cluster.get("status", {})
+        conditions = [resource.ready_condition(cluster, ready, reason, message)]
+        if extra_condition is not None:
+            conditions.append(extra_condition)
         status = {
             **current,
             **fields,
             "phase": phase,
             "observedGeneration": cluster["metadata"].get("generation", 1),
-            "conditions": [resource.ready_condition(cluster, ready, reason, message)],
+            "conditions": conditions,
         }
         if status == current:
             return cluster

@@ -25,6 +25,7 @@ import orjson
 from aiohttp import web
 
 from socialweb_computer.apiserver import app as app_mod
+from socialweb_computer.apiserver import listener
 from socialweb_computer.apiserver import metrics as apiserver_metrics
 from socialweb_computer.gateway import observer
 
@@ -168,7 +169,8 @@ async def _end_streams(app: web.Application) -> None:
         task.cancel()
 
 
-async def serve(app: web.Application, *, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def serve(app: web.Application, *, host: str, port: int,
+                limits: listener.ConnectionLimits | None = None) -> tuple[web.AppRunner, int]:
     """Plain HTTP, loopback only (the same listener code as the API planes, without TLS)."""
-    return await app_mod.serve(app, host=host, port=port, ssl_context=None)
+    return await app_mod.serve(app, host=host, port=port, ssl_context=None, limits=limits)
 

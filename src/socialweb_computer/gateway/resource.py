@@ -12,7 +12,7 @@ import copy
 import datetime
 from typing import Any
 
-from socialweb_computer.api import errors
+from socialweb_computer.api import errors, gofmt, objects
 from socialweb_computer.apiserver import kinds, store
 
 Object = dict[str, Any]
@@ -25,6 +25,7 @@ FINALIZER = f"{GROUP}/teardown"
 FIELD_MANAGER = "socialweb-computer-gateway"
 
 INITIALIZING, READY, UNAVAILABLE, DRAINING = "Initializing", "Ready", "Unavailable", "Draining"
+DEGRADED = "Degraded"  # condition type: serving, but something stored cannot be used (see message)
 PHASES = (INITIALIZING, READY, UNAVAILABLE, DRAINING)
 
 _NODE_SETTINGS = {
@@ -36,6 +37,17 @@ _NODE_SETTINGS = {
         "minimum": 0,
         "description": "how long a node with no work is kept before it is released",
     },
+}
+
+_LIMITS = {
+    "objects": {"type": "integer", "minimum": 1, "description": "objects the cluster may hold (Events not "
+                                                             "counted)"},
+    "pods": {"type": "integer", "minimum": 1, "description": "pods the cluster may hold"},
+    "watches": {"type": "integer", "minimum": 1, "description": "watches open at once"},
+    "requestsInFlight": {"type": "integer", "minimum": 1,
+                         "description": "requests running or waiting their turn at once; more get 429"},
+    "controllerWritesPerSecond": {"type": "number", "minimum": 0.01,
+                                  "description": "how fast the cluster's controllers may write"},
 }
 
 _CONDITION = {
@@ -74,6 +86,12 @@ _SCHEMA = {
                     "properties": _NODE_SETTINGS,
                     "description": "node settings for this cluster; unset fields take the "
                     "gateway's nodeDefaults",
+                },
+                "limits": {
+                    "type": "object",
+                    "properties": _LIMITS,
+                    "description": "what this cluster may take of the gateway; unset fields take the "
+                    "gateway spec's limits",
                 },
             },
         },
@@ -151,12 +169,47 @@ async def ensure_definition(admin: store.Store) -> kinds.KindInfo:
     return kind
 
 
+def check_name(kind: kinds.KindInfo, new: Object, old: Object | None) -> None:
+    """A before-write hook of the admin plane: a Cluster's name becomes a directory, a key prefix
+    and a kubeconfig context, so it must be a DNS label (the CRD's default rule allows 253
+    characters, and such a Cluster could never come up)."""
+    if kind.group != GROUP or kind.plural != PLURAL or old is not None:
+        return
+    meta = new.get("metadata") or {}
+    name = meta.get("name") or (f"{meta['generateName']}xxxxx" if meta.get("generateName") else "")
+    if not name:
+        return
+    problems = objects.dns1123_label_errors(name)
+    if problems:
+        field = "metadata.name" if meta.get("name") else "metadata.generateName"
+        shown = meta.get("name") or meta.get("generateName")
+        causes = [errors.Cause("FieldValueInvalid", f"Invalid value: {gofmt.quote(shown)}: {p}", field)
+                  for p in problems]
+        raise errors.invalid("Cluster", meta.get("name", ""), causes, GROUP)
+
+
 def _columns(crd: Object) -> Any:
     return [v.get("additionalPrinterColumns") for v in crd.get("spec", {}).get("versions", [])]
 
 
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def degraded_condition(cluster: Object, message: str) -> Object:
+    """`Degraded`: serving, but something it stores cannot be used (the message says what)."""
+    previous = next(
+        (c for c in cluster.get("status", {}).get("conditions", []) if c.get("type") == DEGRADED), {}
+    )
+    return {
+        "type": DEGRADED,
+        "status": "True",
+        "reason": "UnusableObjects",
+        "message": message,
+        "lastTransitionTime": (previous.get("lastTransitionTime") if previous.get("status") == "True"
+                               else now()),
+        "observedGeneration": cluster["metadata"].get("generation", 1),
+    }
 
 
 def ready_condition(cluster: Object, status: str, reason: str, message: str) -> Object:

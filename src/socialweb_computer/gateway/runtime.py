@@ -111,6 +111,7 @@ class Gateway:
             await mirror.sync_admin()  # keys a newer version mints at its first start go to the store too
         self._admin = LogicalCluster(ADMIN_PLANE, self._backend, keys=plane.token_keys(),
                                      root_ca_pem=plane.serving_ca_pem())
+        self._admin.store.before_write.append(resource.check_name)
         await self._admin.start()
         self._kind = await resource.ensure_definition(self._admin.store)
         self._admin.store.after_write.append(self._on_admin_write)
@@ -130,7 +131,8 @@ class Gateway:
         await self._ensure_spec_clusters()
         api = httpapi.build_app(self)
         with _listening("HTTP API", "listen.apiPort", self.spec.address, self.spec.api_port):
-            runner, api_port = await httpapi.serve(api, host=self.spec.address, port=self.spec.api_port)
+            runner, api_port = await httpapi.serve(api, host=self.spec.address, port=self.spec.api_port,
+                                                   limits=self.spec.connections)
         self._runners.append(runner)
         self.api_url = f"http://{app_mod.url_host(self.spec.address)}:{api_port}"
         self.started_at = resource.now()
@@ -213,6 +215,7 @@ class Gateway:
                 host=self.spec.address,
                 port=self.spec.admin_port,
                 ssl_context=context,
+                limits=self.spec.connections,
             )
         self._runners.append(runner)
         self.admin_url = f"https://{app_mod.url_host(self.spec.address)}:{port}"
@@ -343,9 +346,14 @@ class Gateway:
         return apiserver_metrics.exposition_text(families)
 
     def pending(self) -> list[str]:
+        """What keeps the gateway from being ready: start-up, a store refusing writes, clusters
+        that are not what they should be (one line each)."""
         if self._controller is None:
             return ["admin plane starting"]
-        return [] if self._controller.synced else ["clusters: first reconcile not finished"]
+        problems = [] if self._controller.synced else ["clusters: first reconcile not finished"]
+        problems += storage.problems_of(self._backend)
+        problems += self._controller.problems()
+        return problems
 
 
 def _port_of(url: str) -> int:

@@ -21,6 +21,7 @@ import yaml
 
 from socialweb_computer import logs
 from socialweb_computer.apiserver import app as app_mod
+from socialweb_computer.apiserver import fairness, listener
 from socialweb_computer.guest import config as guest_config
 from socialweb_computer.storage import sqlite
 
@@ -39,6 +40,20 @@ DEFAULT_OWNER_LEASE_SECONDS = 15
 
 # A Cluster's name becomes a directory name, a key prefix and a kubeconfig context: a DNS label.
 CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+CLUSTER_NAME_RULE = ("use lowercase letters, digits and '-', starting and ending with a letter or digit, "
+                     "at most 63 characters")
+
+# What each tenant cluster may take of the gateway unless its Cluster says otherwise
+# (apiserver/fairness.py explains each; docs/gateway.md gives the reasons for the numbers).
+DEFAULT_LIMITS = fairness.Limits(objects=20_000, pods=1_000, watches=500, requests_in_flight=100,
+                                 controller_writes_per_second=20.0)
+LIMIT_FIELDS = {
+    "objects": "objects",
+    "pods": "pods",
+    "watches": "watches",
+    "requestsInFlight": "requests_in_flight",
+    "controllerWritesPerSecond": "controller_writes_per_second",
+}
 
 
 class SpecError(ValueError):
@@ -123,6 +138,8 @@ class GatewaySpec:
     registries: tuple[RegistrySpec, ...] = ()
     # What microVM nodes boot (`guestImage`); its sizes come from nodeDefaults / a Cluster's spec.nodes.
     guest_image: guest_config.ImageConfig = dataclasses.field(default_factory=guest_config.ImageConfig)
+    connections: listener.ConnectionLimits = dataclasses.field(default_factory=listener.ConnectionLimits)
+    limits: fairness.Limits = DEFAULT_LIMITS
 
 
 _NODE_FIELDS = {
@@ -131,12 +148,20 @@ _NODE_FIELDS = {
     "rootfsMiB": "rootfs_mib",
     "releaseAfterSeconds": "release_after_seconds",
 }
-_TOP_FIELDS = ("listen", "storage", "nodeDefaults", "clusters", "logging", "registries", "guestImage")
+_TOP_FIELDS = (
+    "listen", "storage", "nodeDefaults", "clusters", "logging", "registries", "guestImage", "limits",
+)
 _GUEST_IMAGE_FIELDS = ("suite", "kernel", "packages", "agent", "files")
 _LOGGING_FIELDS = ("level", "format")
 _REGISTRY_FIELDS = ("host", "plainHTTP", "skipVerify", "mirrors", "credentialsEnv")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LISTEN_FIELDS = ("address", "apiPort", "adminPort", "clusterPorts")
+_CONNECTION_FIELDS = {
+    "handshakeTimeoutSeconds": "handshake_timeout",
+    "headerTimeoutSeconds": "header_timeout",
+    "bodyTimeoutSeconds": "body_timeout",
+    "idleTimeoutSeconds": "idle_timeout",
+}
+_LISTEN_FIELDS = ("address", "apiPort", "adminPort", "clusterPorts", "maxConnections", *_CONNECTION_FIELDS)
 _STORAGE_FIELDS = ("backend", "historyLimit", "compactInterval", "etcd")
 _ETCD_FIELDS = (
     "endpoints", "caFile", "certFile", "keyFile", "keyPrefix", "requestTimeout", "ownerLeaseSeconds",
@@ -193,6 +218,8 @@ def parse(document: Any, *, source: str = "spec", base_dir: str = ".") -> Gatewa
         log_format=_choice(logging.get("format", ""), f"{source}: logging.format", logs.FORMATS),
         registries=_registries(root.get("registries", []), f"{source}: registries"),
         guest_image=_guest_image(root.get("guestImage", {}), f"{source}: guestImage", base_dir),
+        connections=_connections(listen, f"{source}: listen"),
+        limits=limits(root.get("limits", {}), f"{source}: limits", DEFAULT_LIMITS),
     )
     return spec
 
@@ -203,6 +230,37 @@ def _choice(value: Any, where: str, allowed: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise SpecError(f"{where}: {value!r} is not one of {', '.join(allowed)}")
     return value
+
+
+def _connections(listen: dict[str, Any], where: str) -> listener.ConnectionLimits:
+    defaults = listener.ConnectionLimits()
+    values: dict[str, Any] = {}
+    for key, attr in _CONNECTION_FIELDS.items():
+        if key in listen:
+            values[attr] = _positive_number(listen[key], f"{where}.{key}")
+    if "maxConnections" in listen:
+        values["max_connections"] = _int(listen["maxConnections"], f"{where}.maxConnections", minimum=1)
+    return dataclasses.replace(defaults, **values)
+
+
+def limits(value: Any, where: str, base: fairness.Limits) -> fairness.Limits:
+    """`limits` of the spec (over the defaults) or of a Cluster's spec (over the gateway's)."""
+    mapping = _mapping(value if value is not None else {}, where, tuple(LIMIT_FIELDS))
+    values: dict[str, Any] = {}
+    for key, attr in LIMIT_FIELDS.items():
+        if key not in mapping:
+            continue
+        if key == "controllerWritesPerSecond":
+            values[attr] = _positive_number(mapping[key], f"{where}.{key}")
+        else:
+            values[attr] = _int(mapping[key], f"{where}.{key}", minimum=1)
+    return dataclasses.replace(base, **values)
+
+
+def _positive_number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise SpecError(f"{where}: expected a number greater than 0, got {value!r}")
+    return float(value)
 
 
 def _mapping(value: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
@@ -314,10 +372,7 @@ def _clusters(value: Any, where: str) -> tuple[ClusterSpec, ...]:
         entry = _mapping(item, here, _CLUSTER_FIELDS)
         name = entry.get("name")
         if not isinstance(name, str) or not CLUSTER_NAME.match(name):
-            raise SpecError(
-                f"{here}.name: {name!r} is not a cluster name: use lowercase letters, digits "
-                "and '-', starting and ending with a letter or digit, at most 63 characters"
-            )
+            raise SpecError(f"{here}.name: {name!r} is not a cluster name: {CLUSTER_NAME_RULE}")
         if name in seen:
             raise SpecError(f"{here}.name: cluster {name!r} is listed twice")
         seen.add(name)

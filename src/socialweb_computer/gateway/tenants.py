@@ -16,7 +16,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from socialweb_computer.apiserver import app as app_mod
-from socialweb_computer.apiserver import keys, kinds, streaming
+from socialweb_computer.apiserver import fairness, keys, kinds, listener, streaming
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn
 from socialweb_computer.clusterprovider import layout
@@ -41,14 +41,20 @@ class TenantPlane:
         on_nodes_changed: Callable[[str], None],
         node_dialer: streaming.NodeDialer | None = None,
         view: observer.TenantView | None = None,
+        *,
+        limits: fairness.Limits | None = None,
+        connections: listener.ConnectionLimits | None = None,
     ) -> None:
         self.record = record
         # What the operator's view knows of this tenant (observer.py), once its control plane loaded.
         self.view = view if view is not None else observer.TenantView(
             record.name, observer.Changes(), observer.EventLog(observer.Changes()))
+        # Node counts and problems changing both make the Cluster controller look again.
         self.cluster = LogicalCluster(record.name, backend, keys=plane.token_keys(),
                                       root_ca_pem=plane.serving_ca_pem(),
-                                      client_ca=(plane.client_ca, plane.client_ca_key))
+                                      client_ca=(plane.client_ca, plane.client_ca_key), limits=limits,
+                                      on_problems_changed=lambda: on_nodes_changed(record.name))
+        self._connections = connections
         self.cluster.tokens.issuer = record.url
         self.cluster.node_dialer = node_dialer
         self._plane = plane
@@ -79,7 +85,8 @@ class TenantPlane:
             authenticator = authn.ClientCertAuthenticator.from_pem_file(self._plane.client_ca)
             app = app_mod.build_app(self.cluster, authenticator=authenticator, ready=self.load)
             self._runner, _ = await app_mod.serve(
-                app, host=self._address, port=self.record.port, ssl_context=context
+                app, host=self._address, port=self.record.port, ssl_context=context,
+                limits=self._connections,
             )
         except BaseException:
             await self.stop()

@@ -92,6 +92,8 @@ def _decode_error(detail: str) -> errors.StatusError:
 def _load_yaml(text: str) -> Any:
     try:
         limits.check_yaml_events(limits.yaml_events(text, getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    except limits.ExpandsTooLargeError as exc:
+        raise errors.entity_too_large(f"Request entity too large: {exc}") from None
     except (limits.AliasingError, limits.TooDeepError) as exc:
         raise _decode_error(f"error converting YAML to JSON: yaml: {exc}") from None
     except yaml.YAMLError:

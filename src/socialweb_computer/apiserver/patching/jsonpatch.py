@@ -16,9 +16,10 @@ are 400 with Go's `encoding/json` wording.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from types import MappingProxyType
 from typing import Any
 
@@ -371,26 +372,61 @@ def _as_v4_operation(op: Any) -> Any:
     return op
 
 
+# Operations applied between two turns of the event loop (apply_json_patch_async): ten thousand
+# of them take a noticeable time, which neighbours must not wait out in one piece.
+STEP = 128
+
+
 def apply_json_patch(obj: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
     """Apply decoded operations to a copy of obj; any failure is the server's generic 422.
 
     `copy` is the one operation that can grow a document faster than the patch does (each
     can double it), so what the copies add is counted, like evanphx/json-patch's
-    AccumulatedCopySizeLimit, and may not pass what a request body may carry (413).
+    AccumulatedCopySizeLimit, and may not pass `limits.MAX_JSON_PATCH_COPIED` (413).
     """
+    steps = _applying(obj, ops)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+async def apply_json_patch_async(obj: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
+    """`apply_json_patch`, letting the event loop serve others every STEP operations."""
+    steps = _applying(obj, ops)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await asyncio.sleep(0)
+
+
+def _applying(obj: dict[str, Any], ops: list[Any]) -> Iterator[None]:
     copied = 0
     try:
-        patch = _GoJsonPatch([_as_v4_operation(op) for op in ops])
-        result: Any = copy.deepcopy(obj)
-        for operation in patch._ops:
-            if isinstance(operation, jsonpatch.CopyOperation):
-                source = jsonpointer.JsonPointer(operation.operation["from"]).resolve(result)
-                copied += len(orjson.dumps(source))
-                if copied > limits.MAX_BODY:
-                    raise errors.entity_too_large(
-                        f"Request entity too large: the copy operations of this JSON patch add more than "
-                        f"{limits.MAX_BODY} bytes to the object")
-            result = operation.apply(result)
+        # One patcher, each operation built once as it is applied (the library's constructor and
+        # its `_ops` would build all of them twice before applying any).
+        patcher = _GoJsonPatch([])
+        result: Any = orjson.loads(orjson.dumps(obj))  # a deep copy, at C speed
+        for count, raw in enumerate(ops, 1):
+            if count % STEP == 0:
+                yield
+            operation = patcher._get_operation(_as_v4_operation(raw))
+            if not isinstance(operation, jsonpatch.CopyOperation):
+                result = operation.apply(result)
+                continue
+            # The copy is made by encoding what is copied once: that measures it and copies it.
+            encoded = orjson.dumps(jsonpointer.JsonPointer(operation.operation["from"]).resolve(result))
+            copied += len(encoded)
+            if copied > limits.MAX_JSON_PATCH_COPIED:
+                raise errors.entity_too_large(
+                    f"Request entity too large: the copy operations of this JSON patch add more than "
+                    f"{limits.MAX_JSON_PATCH_COPIED} bytes to the object")
+            # `_add` is the add without the library's deep copy: the value is a fresh decode already.
+            result = jsonpatch.AddOperation({"op": "add", "path": operation.location})._add(
+                result, orjson.loads(encoded))
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, KeyError, IndexError,
             TypeError, ValueError, AttributeError, orjson.JSONEncodeError):
         raise rejected() from None
@@ -404,3 +440,10 @@ def apply_json_patch(obj: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
 def json_patch(obj: dict[str, Any], patch_bytes: bytes, *, field_validation: str = "") -> dict[str, Any]:
     """Apply an `application/json-patch+json` body to obj (not mutated) and return the result."""
     return apply_json_patch(obj, decode_json_patch(patch_bytes, field_validation=field_validation))
+
+
+async def json_patch_async(obj: dict[str, Any], patch_bytes: bytes, *,
+                           field_validation: str = "") -> dict[str, Any]:
+    """`json_patch`, sharing the event loop while a long patch is applied."""
+    ops = decode_json_patch(patch_bytes, field_validation=field_validation)
+    return await apply_json_patch_async(obj, ops)

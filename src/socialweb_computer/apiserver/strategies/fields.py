@@ -19,7 +19,7 @@ from typing import Any
 
 from socialweb_computer.api import gofmt
 from socialweb_computer.api.errors import Cause
-from socialweb_computer.apiserver import typecheck
+from socialweb_computer.apiserver import schemas, typecheck
 
 Check = Callable[[Any, str], list[Cause]]
 
@@ -268,9 +268,14 @@ STRUCT_RULES: dict[str, StructCheck] = {
 
 
 def causes(obj: dict[str, Any], definition: str) -> list[Cause]:
-    """Every rule's findings for `obj` (a built-in object of the type `definition` names)."""
+    """Every rule's findings for `obj` (a built-in object of the type `definition` names): the
+    required fields of its desired state (typecheck.missing_fields), then the rules above.
+    One walk over the object's structs does both."""
     found: list[Cause] = []
-    for name, value, path in typecheck.structs(obj, definition):
+    defs = schemas.definitions()
+    for name, value, path in typecheck.structs(obj, definition, defs):
+        found.extend(Cause("FieldValueRequired", "Required value", missing)
+                     for missing in typecheck.missing_fields(name, value, path, defs))
         whole = STRUCT_RULES.get(name)
         if whole is not None:
             found.extend(whole(value, path))
