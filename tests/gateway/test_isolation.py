@@ -98,7 +98,9 @@ def quiet_baseline(gw: gateway_mod.GatewayProcess) -> probe.Latencies:
 def assert_neighbour_served(quiet: probe.Latencies, during: probe.Latencies, what: str) -> None:
     print(f"{what}: neighbour quiet {quiet.summary()}; during {during.summary()}")
     assert not during.failures, f"{what}: the neighbour got errors: {during.failures[:5]}"
-    assert len(during.samples) >= 5, f"{what}: the neighbour was barely answered: {during.summary()}"
+    # A short abuse leaves few samples; starving the neighbour shows as its slowest request, since
+    # the probe's request in flight when the abuse ends is waited for and counted.
+    assert during.samples, f"{what}: the neighbour was not answered: {during.summary()}"
     assert during.slowest < AVAILABLE_WITHIN, f"{what}: {during.summary()}"
     assert during.p99 < P99_MULTIPLE * max(quiet.p99, 0.02), \
         f"{what}: {during.summary()} vs {quiet.summary()}"
