@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import handlers, listener, metrics
+from socialweb_computer.apiserver import handlers, listener, metrics, requests
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import attributes, authn, identity, impersonation, policy, tokens
 from socialweb_computer.storage import base as storage
@@ -185,15 +185,17 @@ async def _end_watches(app: web.Application) -> None:
         task.cancel()
 
 
-# Requests that hold their connection as long as the client wants: they never take a turn.
-_LONG_RUNNING_SUBRESOURCES = frozenset({"exec", "attach", "portforward", "proxy"})
+# Requests that hold their connection as long as the client wants never take a turn:
+# kube-apiserver's BasicLongRunningRequestCheck (a watch; these subresources, a proxy's with
+# its subpath after it).
+_LONG_RUNNING_SUBRESOURCES = frozenset({"attach", "exec", "log", "portforward", "proxy"})
 
 
 def _long_running(request: web.Request) -> bool:
-    query = request.query
-    if query.get("watch", "").lower() in ("true", "1") or query.get("follow", "").lower() in ("true", "1"):
+    if requests.query_flag(request, "watch"):
         return True
-    return request.path.rstrip("/").rpartition("/")[2] in _LONG_RUNNING_SUBRESOURCES
+    parsed = requests.parse_resource_path([s for s in request.path.split("/") if s])
+    return parsed is not None and parsed.subresource in _LONG_RUNNING_SUBRESOURCES
 
 
 @web.middleware
