@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -23,8 +24,6 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-
-import orjson
 
 MIRROR_ENV = "SOCIALWEB_DEBIAN_MIRROR"
 # Suites of Debian's main archive (not security, not backports) that can supply a mirror URI.
@@ -171,7 +170,7 @@ def download(
 
 
 def _closure_record(packages: list[str], suite: str, dest: Path) -> Path:
-    key = hashlib.sha256(orjson.dumps([suite, sorted(packages)])).hexdigest()[:16]
+    key = hashlib.sha256(_compact_json([suite, sorted(packages)])).hexdigest()[:16]
     return dest / "closures" / f"{suite}-{key}.json"
 
 
@@ -193,7 +192,7 @@ def closure(
     packages = sorted(set(packages))
     record = _closure_record(packages, suite, dest)
     if not refresh and record.is_file():
-        names = orjson.loads(record.read_bytes())
+        names = json.loads(record.read_bytes())
         debs = [dest / name for name in names]
         if all(deb.is_file() for deb in debs):
             return debs
@@ -227,7 +226,7 @@ def closure(
         raise ArchiveError(f"apt resolved nothing for {', '.join(packages)} in Debian {suite}")
     record.parent.mkdir(parents=True, exist_ok=True)
     partial = record.with_suffix(".partial")
-    partial.write_bytes(orjson.dumps(names))
+    partial.write_bytes(_compact_json(names))
     partial.replace(record)
     return [dest / name for name in names]
 
@@ -276,3 +275,10 @@ def run(command: list[str], cwd: Path | None = None) -> str:
             f"{command[0]} {command[-1]} failed ({result.returncode}):\n{result.stderr.strip()}"
         )
     return result.stdout
+
+
+def _compact_json(value: object) -> bytes:
+    # Standard-library JSON, not orjson: the wheel's build step imports this module inside the
+    # build backend's isolated environment, where only setuptools is installed. The bytes match
+    # orjson's compact output, so cache keys made earlier stay valid.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
