@@ -22,6 +22,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 CHUNK = 256 << 10
@@ -121,3 +122,20 @@ async def read_response_head(reader: asyncio.StreamReader, *, limit: int = 64 <<
     if len(parts) < 2 or not parts[1].isdigit():
         raise ValueError(f"not an HTTP response: {status_line!r}")
     return int(parts[1]), head
+
+
+async def relay_body(
+    request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse
+) -> web.StreamResponse:
+    """Sends `response`'s head, then `upstream`'s body as it arrives, until either side ends.
+
+    A client that goes away, or an upstream that breaks off, just ends the copy: the head is
+    already sent, so there is no status left to change.
+    """
+    await response.prepare(request)
+    with contextlib.suppress(ConnectionError, aiohttp.ClientError):
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+    with contextlib.suppress(ConnectionError):
+        await response.write_eof()
+    return response

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 
+from socialweb_computer import netio
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import kinds
 from socialweb_computer.apiserver import requests as req
@@ -133,13 +133,7 @@ def handler(dialer_of: Any) -> Any:
                         upstream.status, "InternalError", body.decode(errors="replace")
                     ) from None
             response = web.StreamResponse(headers={"Content-Type": "text/plain"})
-            await response.prepare(request)
-            with contextlib.suppress(ConnectionError, aiohttp.ClientError):
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-            with contextlib.suppress(ConnectionError):
-                await response.write_eof()
-            return response
+            return await netio.relay_body(request, upstream, response)
         finally:
             upstream.release()
             await session.close()

@@ -11,7 +11,6 @@ hop-by-hop headers are not. Upgrades through a proxy are not served.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import urllib.parse
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from socialweb_computer import netio
 from socialweb_computer.api import errors
 from socialweb_computer.apiserver import kinds, store
 from socialweb_computer.apiserver import requests as req
@@ -87,13 +87,7 @@ async def _forward(request: web.Request, endpoint: Any, path: str) -> web.Stream
             reason=upstream.reason,
             headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP},
         )
-        await response.prepare(request)
-        with contextlib.suppress(ConnectionError, aiohttp.ClientError):
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-        with contextlib.suppress(ConnectionError):
-            await response.write_eof()
-        return response
+        return await netio.relay_body(request, upstream, response)
     finally:
         upstream.release()
         await session.close()

@@ -7,12 +7,12 @@ does not), streaming the answer back.
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
 
+from socialweb_computer import netio
 from socialweb_computer.node.streaming import remote
 
 if TYPE_CHECKING:
@@ -63,12 +63,6 @@ def routes(agent: agent_mod.Agent) -> list[web.RouteDef]:
                     reason=upstream.reason,
                     headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP},
                 )
-                await response.prepare(request)
-                with contextlib.suppress(ConnectionError, aiohttp.ClientError):
-                    async for chunk in upstream.content.iter_any():
-                        await response.write(chunk)
-                with contextlib.suppress(ConnectionError):
-                    await response.write_eof()
-                return response
+                return await netio.relay_body(request, upstream, response)
 
     return [web.route("*", "/podProxy/{namespace}/{pod}/{scheme:https?}/{port:[0-9]+}/{path:.*}", pod_proxy)]
