@@ -28,11 +28,11 @@ import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from aiohttp import web
 
 from socialweb_computer.node import logs
 from socialweb_computer.node.streaming import proxy, remote
+from socialweb_computer.node.streaming.remote import status  # the agent's Status answers, one place
 
 if TYPE_CHECKING:
     from socialweb_computer.node import agent as agent_mod
@@ -40,19 +40,6 @@ if TYPE_CHECKING:
 AGENT: web.AppKey[Any] = web.AppKey("agent", object)
 # The identity the apiserver presents to agents (upstream: kube-apiserver-kubelet-client).
 APISERVER_CLIENT = "kube-apiserver-kubelet-client"
-
-
-def status(code: int, reason: str, message: str) -> web.Response:
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    return web.Response(status=code, body=orjson.dumps(body), content_type="application/json")
 
 
 def _int(request: web.Request, name: str) -> int | None:
