@@ -147,12 +147,13 @@ run_pyinstaller() {
     done < <(external_data_args)
     # --collect-data: every non-Python file of our package (the generated protobuf table and
     # whatever else it reads at run time), the way pyproject's package-data ships them.
+    # --collect-submodules: cli/main.py imports each command's module by name, when it runs.
     # --strip: libpython and friends carry debug sections; without them the file is 40 % smaller
     # and starts faster (less to unpack).  --noupx: never compress with UPX, even where installed.
     "$VENV_PYTHON" -m PyInstaller --onefile --name "$NAME" --noconfirm --clean --log-level WARN \
         --strip --noupx \
         --distpath "$out_dir" --workpath "$WORK_DIR/pyinstaller" --specpath "$WORK_DIR" \
-        --paths "$REPO_ROOT/src" --collect-data socialweb_computer \
+        --paths "$REPO_ROOT/src" --collect-data socialweb_computer --collect-submodules socialweb_computer.cli \
         --add-data "$build_json:socialweb_computer" \
         "${args[@]}" "$REPO_ROOT/src/socialweb_computer/__main__.py"
 }

@@ -14,7 +14,6 @@ not loopback, because loopback is the trust boundary of this system.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import socket
 import ssl
@@ -26,6 +25,7 @@ from socialweb_computer.api import errors
 from socialweb_computer.apiserver import handlers, listener, metrics, requests
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import attributes, authn, identity, impersonation, policy, tokens
+from socialweb_computer.loopback import LoopbackOnlyError, require_loopback  # noqa: F401 - re-exported
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -36,23 +36,6 @@ AUTHENTICATOR: web.AppKey[authn.ClientCertAuthenticator] = web.AppKey("authentic
                                                                        authn.ClientCertAuthenticator)
 # Connection subresources whose upgrade (GET) also needs `create`, as since Kubernetes 1.35.
 _CONNECT_SUBRESOURCES = ("exec", "attach", "portforward")
-
-
-class LoopbackOnlyError(ValueError):
-    pass
-
-
-def require_loopback(host: str) -> None:
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback:
-        raise LoopbackOnlyError(
-            f"refusing to listen on {host}: socialweb-computer binds loopback only (127.0.0.1 or ::1). "
-            "The tenant apiserver is reachable only from this host on purpose; publishing it is a "
-            "deliberate trust-boundary change (an authenticated front), not a listen address."
-        )
 
 
 @web.middleware

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import orjson
 
-from socialweb_computer.bidders import base, qemu
 from socialweb_computer.guest import build as build_mod
 from socialweb_computer.guest import config as config_mod
 from socialweb_computer.guest import store as store_mod
@@ -199,6 +198,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _in_use(state_dir: Path) -> set[str]:
+    from socialweb_computer.bidders import base, qemu  # here: they bring the apiserver's client side
+
     return {h.image for h in qemu.QemuBidder(state_dir).nodes() if h.image} | {
         h.image for h in base.read_records(state_dir, qemu.KIND) if h.image
     }

@@ -19,8 +19,7 @@ from typing import Any
 
 import yaml
 
-from socialweb_computer import logs
-from socialweb_computer.apiserver import app as app_mod
+from socialweb_computer import logs, loopback
 from socialweb_computer.apiserver import fairness, listener
 from socialweb_computer.guest import config as guest_config
 from socialweb_computer.storage import sqlite
@@ -196,8 +195,8 @@ def parse(document: Any, *, source: str = "spec", base_dir: str = ".") -> Gatewa
     logging = _mapping(root.get("logging", {}), f"{source}: logging", _LOGGING_FIELDS)
     address = str(listen.get("address", DEFAULT_ADDRESS))
     try:
-        app_mod.require_loopback(address)
-    except app_mod.LoopbackOnlyError as e:
+        loopback.require_loopback(address)
+    except loopback.LoopbackOnlyError as e:
         raise SpecError(f"{source}: listen.address: {e}") from None
     spec = GatewaySpec(
         address=address,
