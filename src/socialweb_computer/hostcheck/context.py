@@ -10,9 +10,12 @@ import dataclasses
 import os
 import pwd
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from socialweb_computer import binary
-from socialweb_computer.gateway import spec as spec_mod
+
+if TYPE_CHECKING:  # imported when a Context needs the default spec: it brings the server's limits
+    from socialweb_computer.gateway import spec as spec_mod
 
 ROLES = ("gateway", "node")
 
@@ -23,13 +26,19 @@ SYSTEMD_DIR = "/run/systemd/system"
 KVM_DEVICE = "/dev/kvm"
 
 
+def _default_spec() -> spec_mod.GatewaySpec:
+    from socialweb_computer.gateway import spec as spec_mod
+
+    return spec_mod.GatewaySpec()
+
+
 @dataclasses.dataclass(frozen=True)
 class Context:
     """One run of the checks: the role, the state directory, the spec, and where to look."""
 
     role: str
     state_dir: str
-    spec: spec_mod.GatewaySpec = dataclasses.field(default_factory=spec_mod.GatewaySpec)
+    spec: spec_mod.GatewaySpec = dataclasses.field(default_factory=lambda: _default_spec())
     # The tools checked (QEMU, mkfs.ext4) must see the user's loader path, not the binary's bundle.
     env: Mapping[str, str] = dataclasses.field(default_factory=binary.child_env)
     uid: int = dataclasses.field(default_factory=os.geteuid)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import pwd
 import tempfile
+from typing import TYPE_CHECKING
 
-from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.hostcheck import context, mounts
+
+if TYPE_CHECKING:
+    from socialweb_computer.gateway import spec as spec_mod
 
 MIB = 1024 * 1024
 # Room beyond the node root filesystems: the store, logs, certificates, images being built.
