@@ -9,9 +9,11 @@ scheduler should it be slower, binding Pending pods through pods/binding.
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -58,6 +60,8 @@ spec:
   unhealthyPodEvictionPolicy: AlwaysAllow
 """
 
+REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
+
 
 class Binder:
     """Binds Pending pods of a namespace to the first schedulable node, until stopped."""
@@ -101,7 +105,7 @@ def get(server: testing.ApiServerProcess, *args: str) -> dict:
     return json.loads(server.kubectl("get", *args, "-o", "json").stdout)
 
 
-def wait_for(what: str, check, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+def wait_for(what: str, check, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -115,7 +119,32 @@ def web_pods(server: testing.ApiServerProcess, node: str | None = None) -> list[
             and p["status"].get("phase") == "Running"]
 
 
-def test_drain_evicts_through_the_budget(apiserver: testing.ApiServerProcess, binder: Binder) -> None:
+def drain_until_refused(server: testing.ApiServerProcess, tmp_path: Path, node: str, *,
+                        then: Callable[[], object]) -> str:
+    """Run `kubectl drain node` until it reports a refused eviction, call `then`, and return its
+    output once it exits (it must succeed)."""
+    out_path, err_path = tmp_path / "drain.out", tmp_path / "drain.err"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        drain = subprocess.Popen(
+            [str(testing.tool_path("kubectl")), f"--kubeconfig={server.kubeconfig}", "drain", node,
+             "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s"],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=server.tool_env())
+    try:
+        wait_for("an eviction refused by the budget",
+                 lambda: REFUSED in err_path.read_text() or drain.poll() is not None, timeout=120)
+        then()
+        returncode = drain.wait(timeout=240)
+    finally:
+        if drain.poll() is None:
+            drain.kill()
+            drain.wait()
+    output = out_path.read_text() + err_path.read_text()
+    assert returncode == 0, output
+    return output
+
+
+def test_drain_evicts_through_the_budget(apiserver: testing.ApiServerProcess, binder: Binder,
+                                         tmp_path: Path) -> None:
     k = apiserver.kubectl
     with fakenodes.ThreadedFakeNodes(apiserver.kubeconfig, 2, prefix="drain-"):
         k("cordon", "drain-1")  # everything starts on drain-0
@@ -142,14 +171,18 @@ def test_drain_evicts_through_the_budget(apiserver: testing.ApiServerProcess, bi
                "support." in result.stderr
         assert get(apiserver, "node", "drain-0")["spec"]["unschedulable"] is True
         k("delete", "pdb", "web-pct", "-n", "shop")
-        k("uncordon", "drain-1")
 
-        result = k("drain", "drain-0", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s")
-        out = result.stdout + result.stderr
+        # Budget 1 of 3: two evictions go through, the third is refused (429) and retried until
+        # replacements are ready. drain-1 stays cordoned until the refusal has been seen, so no
+        # replacement can run before it, however fast or slow the machine is.
+        def release_replacements() -> None:
+            assert len(web_pods(apiserver)) == 1  # the budget held: one of three runs, none replaced
+            k("uncordon", "drain-1")
+
+        out = drain_until_refused(apiserver, tmp_path, "drain-0", then=release_replacements)
         assert "node/drain-0 already cordoned" in out or "node/drain-0 cordoned" in out
         assert "Warning: ignoring DaemonSet-managed Pods: shop/agent-" in out
-        # Budget 1 of 3: two evictions at once, the third waits for replacements (429, retried).
-        assert "Cannot evict pod as it would violate the pod's disruption budget." in out
+        assert REFUSED in out
         assert "(will retry after 5s)" in out
         assert out.count("evicted") == 3 and "node/drain-0 drained" in out
 
