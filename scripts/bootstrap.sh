@@ -35,10 +35,12 @@ cd "$REPO_ROOT"
 #   iproute2                        what the node tests read to prove nothing was left on the host
 #   chromium, chromium-driver       headless Chromium and its WebDriver for the dashboard's tests
 #   tmux                            a real terminal for `kubectl exec -it` / `debug -it` with a resize
+#   protobuf-compiler, libprotobuf-dev  protoc (and its well-known .proto files), which decodes the
+#                                   server's /openapi/v2 protobuf with gnostic's own .proto
 APT_PACKAGES=(openssl curl ca-certificates containerd runc containernetworking-plugins tini slirp4netns iptables
               e2fsprogs nftables gcc libc6-dev qemu-system-x86 qemu-utils kmod)
 TEST_APT_PACKAGES=(binutils openssh-server systemd busybox-static skopeo docker-registry apache2-utils
-                   iproute2 chromium chromium-driver tmux)
+                   iproute2 chromium chromium-driver tmux protobuf-compiler libprotobuf-dev)
 if [[ "${1:-}" == "--test" ]]; then
     APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 fi

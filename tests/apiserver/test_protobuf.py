@@ -128,6 +128,23 @@ def test_malformed_wire_data(data: bytes) -> None:
 
 # ---------------------------------------------------------------- .proto reader
 
+def test_proto_parser_reads_proto3_fields_and_their_oneof() -> None:
+    parsed = protofile.parse("""
+        syntax = "proto3";
+        package openapi.v2;
+        message Item {
+          string plain = 3;
+          oneof oneof {
+            Item item = 1;
+            bool boolean = 2;
+          }
+        }
+    """)
+    (item,) = parsed.messages
+    assert [(f.name, f.number, f.label, f.oneof) for f in item.fields] == [
+        ("plain", 3, "optional", ""), ("item", 1, "optional", "oneof"), ("boolean", 2, "optional", "oneof")]
+
+
 def test_proto_parser_handles_the_generated_syntax() -> None:
     parsed = protofile.parse("""
         // comment

@@ -8,6 +8,7 @@ from the method and query, and calls the cluster's `Store`. Every failure leaves
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -38,6 +39,7 @@ from socialweb_computer.apiserver import requests as req
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.apiserver.patching import PATCH_TYPES, patch_type
 from socialweb_computer.apiserver.patching import apply as ssa
+from socialweb_computer.apiserver.protobuf import TableMissingError, openapi_v2
 
 log = logging.getLogger(__name__)
 
@@ -119,13 +121,29 @@ def _cacheable(request: web.Request, doc: dict[str, Any], content_type: str) -> 
     return json_response(doc, content_type=content_type, headers={"ETag": tag})
 
 
+def _cacheable_bytes(request: web.Request, body: bytes, content_type: str) -> web.Response:
+    tag = '"' + hashlib.sha512(body).hexdigest()[:32].upper() + '"'
+    if request.headers.get("If-None-Match") == tag:
+        return web.Response(status=304, headers={"ETag": tag})
+    response = web.Response(body=body, headers={"ETag": tag, "Vary": "Accept"})
+    response.headers["Content-Type"] = content_type
+    return response
+
+
 async def handle_openapi(request: web.Request, segments: list[str]) -> web.StreamResponse:
     cluster = _cluster(request)
     rows = cluster.registry.all()
     if segments == ["openapi", "v2"]:
         accept = request.headers.get("Accept", "")
+        if openapi_v2.accepts(accept):
+            try:
+                body = cluster.openapi_cache("v2.pb", lambda: openapi_v2.encode(openapi.v2_document(rows)))
+            except TableMissingError as exc:
+                raise errors.internal(str(exc)) from None
+            return _cacheable_bytes(request, body, openapi_v2.CONTENT_TYPE)
         if "protobuf" in accept and JSON not in accept and "*/*" not in accept:
-            raise errors.not_acceptable("only the following media types are accepted: application/json")
+            raise errors.not_acceptable(
+                f"only the following media types are accepted: {JSON}, {openapi_v2.ACCEPTED[0]}")
         return json_response(cluster.openapi_cache("v2", lambda: openapi.v2_document(rows)))
     if segments == ["openapi", "v3"]:
         return json_response(cluster.openapi_cache("v3", lambda: openapi.v3_index(rows)))

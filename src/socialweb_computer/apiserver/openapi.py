@@ -4,7 +4,8 @@ Why: kubectl decides from /openapi/v3 whether the server does field validation (
 PATCH operation tagged with the kind's `x-kubernetes-group-version-kind` object and a
 `fieldValidation` query parameter), picks strategic-merge vs merge patch from that operation's
 `requestBody.content`, and `kubectl explain` renders `components.schemas` (kind schemas carry
-their GVK as a list). Other clients read /openapi/v2 as JSON. The documents are shaped like
+their GVK as a list). Other clients read /openapi/v2 as JSON; kubectl reads it as protobuf
+(`protobuf/openapi_v2.py` encodes this module's JSON). The documents are shaped like
 kube-apiserver's: same paths, operation ids, actions, parameters, media types, schema names.
 
 Who calls it: handlers.handle_openapi, with the registry's KindInfo rows. Documents are cached

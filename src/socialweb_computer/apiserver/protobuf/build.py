@@ -6,14 +6,19 @@ server needs every message's field numbers, types and JSON names. Rather than
 copying `.proto` files or typing tables into the repository, this step:
 
 1. downloads Debian's `golang-k8s-api-dev` and `golang-k8s-apimachinery-dev` (which
-   carry the upstream `generated.proto` files and the Go API types) through
+   carry the upstream `generated.proto` files and the Go API types) and
+   `golang-github-google-gnostic-models-dev` (gnostic's `openapiv2/OpenAPIv2.proto`, the
+   message `/openapi/v2` is served as in protobuf) through
    `socialweb_computer.debian` (a private apt state; the system's apt configuration is
    never touched; default suite: trixie);
 2. unpacks them with `dpkg-deb -x` into a temporary directory;
 3. parses the `.proto` files (`protofile.py`) for field numbers and wire types and
    the Go struct tags beside them (`gotypes.py`) for JSON names, `omitempty`,
    pointers and inlined structs;
-4. writes `generated/fields.json` next to this module (gitignored).
+4. parses gnostic's `OpenAPIv2.proto` the same way into the `openapi_v2` part of the table
+   (field numbers, names, types and which fields share a `oneof`), which
+   `openapi_v2.py` encodes the OpenAPI v2 document with;
+5. writes `generated/fields.json` next to this module (gitignored).
 
 It is idempotent: when the table exists and was made by the same builder from the
 same inputs, it returns at once without touching the network; downloaded `.deb`
@@ -41,7 +46,7 @@ from pathlib import Path
 from socialweb_computer import debian
 from socialweb_computer.apiserver.protobuf import gotypes, protofile
 
-PACKAGES = ("golang-k8s-api-dev", "golang-k8s-apimachinery-dev")
+PACKAGES = ("golang-k8s-api-dev", "golang-k8s-apimachinery-dev", "golang-github-google-gnostic-models-dev")
 DEFAULT_SUITE = "trixie"
 FORMAT = 1
 CACHE_ENV = "SOCIALWEB_PROTOBUF_CACHE"  # where the downloaded .deb files are kept, if set
@@ -49,6 +54,7 @@ CACHE_ENV = "SOCIALWEB_PROTOBUF_CACHE"  # where the downloaded .deb files are ke
 HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "generated" / "fields.json"
 GO_SRC = Path("usr/share/gocode/src")
+GNOSTIC_V2 = GO_SRC / "github.com/google/gnostic-models/openapiv2/OpenAPIv2.proto"
 # Upstream's own test group; no client sends it.
 SKIPPED_DIRS = ("testapigroup",)
 
@@ -173,6 +179,25 @@ def _register_kinds(path: Path, proto: protofile.ProtoFile, go: gotypes.GoPackag
     kinds.setdefault(group_version, {}).update(registered)
 
 
+def build_openapi_v2_table(root: Path) -> dict:
+    """gnostic's openapi_v2 messages: name → [[number, name, label, type, oneof], ...] by number."""
+    path = root / GNOSTIC_V2
+    if not path.is_file():
+        raise BuildError(f"{GNOSTIC_V2} is missing from the gnostic-models package")
+    proto = protofile.parse(path.read_text(encoding="utf-8"))
+    known = {m.full_name for m in proto.messages} | set(proto.enums) | {"google.protobuf.Any"}
+    prefix = proto.package + "."
+    messages = {}
+    for message in proto.messages:
+        fields = []
+        for f in sorted(message.fields, key=lambda f: f.number):
+            type_name = protofile.resolve_type(f.type, message.full_name, known)
+            label = {"optional": "", "repeated": "r", "map": "m"}[f.label]
+            fields.append([f.number, f.name, label, type_name.removeprefix(prefix), f.oneof])
+        messages[message.full_name.removeprefix(prefix)] = fields
+    return {"package": proto.package, "messages": messages}
+
+
 def build(output: Path, cache: Path, suite: str, force: bool = False, refresh: bool = False) -> bool:
     """Returns True when it (re)wrote the table."""
     stamp = builder_stamp(suite)
@@ -184,6 +209,7 @@ def build(output: Path, cache: Path, suite: str, force: bool = False, refresh: b
         for deb in debs:
             debian.extract(deb, Path(tmp))
         table, warnings = build_table(Path(tmp))
+        table["openapi_v2"] = build_openapi_v2_table(Path(tmp))
     for warning in warnings:
         _log(f"note: {warning}")
     upstream = versions.get("golang-k8s-api-dev", "").split("-", 1)[0]

@@ -41,6 +41,7 @@ class ProtoField:
     type: str  # scalar name or message/enum name as written; resolved later
     value_type: str = ""  # map values only; `type` then holds the key type
     packed: bool = False
+    oneof: str = ""  # the name of the oneof the field belongs to, if any
 
 
 @dataclass
@@ -160,7 +161,7 @@ class _Parser:
         self.expect("{")
         self.parse_body(message)
 
-    def parse_body(self, message: Message, closing: str = "}") -> None:
+    def parse_body(self, message: Message, closing: str = "}", oneof: str = "") -> None:
         while True:
             token = self.next()
             if token == closing:
@@ -172,27 +173,27 @@ class _Parser:
             elif token in ("option", "reserved", "extensions"):
                 self.skip_statement()
             elif token == "oneof":
-                self.next()
+                name = self.next()
                 self.expect("{")
-                self.parse_body(message)
+                self.parse_body(message, oneof=name)
             elif token == ";":
                 continue
             elif token == "map":
                 message.fields.append(self.parse_map_field())
             elif token in ("optional", "required", "repeated"):
                 label = "repeated" if token == "repeated" else "optional"
-                message.fields.append(self.parse_field(label, self.next()))
+                message.fields.append(self.parse_field(label, self.next(), oneof))
             elif token == "group":
                 raise ProtoSyntaxError(f"proto2 groups are not supported (in {message.full_name})")
             else:
                 # proto3-style field without a label.
-                message.fields.append(self.parse_field("optional", token))
+                message.fields.append(self.parse_field("optional", token, oneof))
 
-    def parse_field(self, label: str, type_name: str) -> ProtoField:
+    def parse_field(self, label: str, type_name: str, oneof: str = "") -> ProtoField:
         name = self.next()
         self.expect("=")
         number = int(self.next(), 0)
-        out = ProtoField(name, number, label, type_name)
+        out = ProtoField(name, number, label, type_name, oneof=oneof)
         out.packed = self.parse_field_options().get("packed") == "true"
         return out
 
