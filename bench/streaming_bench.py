@@ -182,7 +182,10 @@ async def _through_gateway(
 
 
 async def _log_latency(base: str, context: ssl.SSLContext, namespace: str, lines: int) -> list[float]:
-    url = f"{base}/api/v1/namespaces/{namespace}/pods/clock/log?follow=true"
+    # tailLines=0: only lines written after the follow began; the log's history would measure
+    # how old the pod is, not how fast a line travels.
+    url = f"{base}/api/v1/namespaces/{namespace}/pods/clock/log?follow=true&tailLines=0"
+    started = float(Path("/proc/uptime").read_text().split()[0])
     latencies: list[float] = []
     async with (
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session,
@@ -191,6 +194,8 @@ async def _log_latency(base: str, context: ssl.SSLContext, namespace: str, lines
         async for line in response.content:
             now = float(Path("/proc/uptime").read_text().split()[0])
             written = float(line.split()[0])
+            if written < started:  # a line from before the request, should tailLines be ignored
+                continue
             latencies.append(now - written)
             if len(latencies) >= lines:
                 break
