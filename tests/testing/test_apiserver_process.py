@@ -8,11 +8,13 @@ including the ways a server can misbehave while starting or stopping.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import stat
 import sys
 import time
+import types
 import urllib.request
 from pathlib import Path
 
@@ -107,10 +109,26 @@ def test_start_fails_fast_when_server_exits(tmp_path: Path) -> None:
     assert time.monotonic() - began < 10
 
 
-def test_start_times_out_and_kills_the_server(tmp_path: Path) -> None:
+def test_start_times_out_and_kills_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The deadline must pass while the stand-in answers 500, however long a loaded machine takes
+    # to start it: the helper's clock runs as usual until a probe has seen the 500, then jumps
+    # past any deadline (the timeout only bounds a stand-in that never answers).
+    answered = []
+    probe = server_module.ApiServerProcess._probe_once
+
+    def recording_probe(server: testing.ApiServerProcess) -> str | None:
+        problem = probe(server)
+        if problem and "answered 500" in problem:
+            answered.append(problem)
+        return problem
+
+    clock = types.SimpleNamespace(monotonic=lambda: math.inf if answered else time.monotonic(),
+                                  sleep=time.sleep)
+    monkeypatch.setattr(server_module.ApiServerProcess, "_probe_once", recording_probe)
+    monkeypatch.setattr(server_module, "time", clock)
     with pytest.raises(testing.ServerStartError, match="not ready after") as failure:
-        start(tmp_path / "state", "--never-ready", timeout=1.5)
-    assert "answered 500" in str(failure.value)
+        start(tmp_path / "state", "--never-ready", timeout=120)
+    assert answered and "answered 500" in str(failure.value)
     assert pid_gone(int((tmp_path / "state" / "standin.pid").read_text()))
 
 

@@ -280,11 +280,16 @@ class EtcdCluster:
 
     def etcdctl(self, *args: str, endpoints: Sequence[str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run the etcdctl beside the etcd binary against this cluster (raises on failure)."""
+        argv = self.etcdctl_command(*args, endpoints=endpoints)
+        return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
+
+    def etcdctl_command(self, *args: str, endpoints: Sequence[str] | None = None) -> list[str]:
+        """The etcdctl command line `etcdctl` runs, for one a test runs in the background."""
         argv = [etcd_binary("etcdctl"), "--endpoints", ",".join(endpoints or self.endpoints)]
         if self.pki is not None:
             argv += ["--cacert", str(self.pki.serving_ca_file), "--cert", str(self.pki.client_cert_file),
                      "--key", str(self.pki.client_key_file)]
-        return subprocess.run([*argv, *args], capture_output=True, text=True, check=True, timeout=60)
+        return [*argv, *args]
 
     def log(self, index: int, limit: int = _LOG_TAIL_CHARS) -> str:
         member = self.members[index]
