@@ -95,3 +95,101 @@ async def test_slow_start_doubles_batches_and_stops_at_the_first_failure() -> No
     with pytest.raises(errors.StatusError):
         await podcontrol.slow_start(100, make)
     assert len(made) == 6  # batches 1, 2, 4: the seventh call failed and nothing more was tried
+
+
+async def test_a_cluster_alone_never_waits_for_the_loop() -> None:
+    budget = fairness.Budget(share=fairness.LoopShare())
+    budget.charge(10.0)  # far more than any share: alone, nothing is owed
+    waiting = asyncio.ensure_future(budget.wait_for_share())
+    await asyncio.sleep(0)
+    assert waiting.done()
+    assert budget.statistics()["loopSeconds"] == 10.0
+
+
+async def test_a_cluster_that_kept_the_loop_busy_waits_and_its_neighbour_does_not() -> None:
+    moments = [100.0]
+    share = fairness.LoopShare()
+    busy = fairness.Budget(share=share, now=lambda: moments[0])
+    quiet = fairness.Budget(share=share, now=lambda: moments[0])
+    quiet.charge(0.001)
+    busy.charge(1.0)  # a second of the loop while the neighbour competed for it
+    neighbour_waits = asyncio.ensure_future(quiet.wait_for_share())
+    busy_waits = asyncio.ensure_future(busy.wait_for_share())
+    await asyncio.sleep(0)
+    assert neighbour_waits.done()  # within its share: served at once
+    assert not busy_waits.done()  # in debt: waits, earning half the clock (two compete)
+    moments[0] += 0.1
+    quiet.charge(0.001)  # the neighbour is still there: not yet
+    await asyncio.sleep(0)
+    assert not busy_waits.done()
+    moments[0] += 2.0  # half of two seconds pays the debt back
+    await asyncio.wait_for(busy_waits, 5)
+
+
+async def test_a_neighbour_that_left_no_longer_holds_a_share() -> None:
+    moments = [100.0]
+    share = fairness.LoopShare()
+    busy = fairness.Budget(share=share, now=lambda: moments[0])
+    gone = fairness.Budget(share=share, now=lambda: moments[0])
+    gone.charge(0.001)
+    busy.charge(5.0)
+    assert share.competing(busy, moments[0]) == 2
+    moments[0] += fairness.LoopShare.ACTIVE + 0.1  # the neighbour has used nothing since
+    assert share.competing(busy, moments[0]) == 1
+    await asyncio.wait_for(busy.wait_for_share(), 5)  # alone again: the debt is forgiven
+
+
+async def test_charged_work_is_timed_step_by_step_and_behaves_as_awaited() -> None:
+    budget = fairness.Budget(share=fairness.LoopShare())
+    steps: list[float] = []
+    budget.charge = steps.append  # type: ignore[method-assign]
+
+    async def work(fail: bool) -> str:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        if fail:
+            raise ValueError("no")
+        return "done"
+
+    assert await budget.charged(work(False)) == "done"
+    assert len(steps) == 4  # three suspensions, four steps
+    with pytest.raises(ValueError, match="no"):
+        await budget.charged(work(True))
+
+    # A cancellation reaches the work (its cleanup runs) and leaves as a cancellation.
+    cleaned = asyncio.Event()
+
+    async def forever() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned.set()
+
+    task = asyncio.ensure_future(budget.charged(forever()))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cleaned.is_set()
+
+
+async def test_work_cancelled_while_its_cluster_waits_is_closed_unstarted() -> None:
+    moments = [100.0]
+    share = fairness.LoopShare()
+    busy = fairness.Budget(share=share, now=lambda: moments[0])
+    neighbour = fairness.Budget(share=share, now=lambda: moments[0])
+    neighbour.charge(0.001)
+    busy.charge(1.0)
+    started = False
+
+    async def work() -> None:
+        nonlocal started
+        started = True
+
+    pending = work()
+    task = asyncio.ensure_future(busy.charged(pending))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not started and pending.cr_frame is None  # closed: no "never awaited" warning

@@ -184,11 +184,14 @@ def _long_running(request: web.Request) -> bool:
 @web.middleware
 async def fairness_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The cluster's requests take turns (fairness.Budget): a flood waits behind itself, and
-    past the cluster's requestsInFlight it is a 429 (errors leave through error_middleware)."""
+    past the cluster's requestsInFlight it is a 429 (errors leave through error_middleware).
+    Every request, long-running ones too, starts within the cluster's share of the event loop
+    and is charged the loop time it takes."""
+    budget = request.app[handlers.CLUSTER].budget
     if _long_running(request):
-        return await handler(request)
-    async with request.app[handlers.CLUSTER].budget.request_turn():
-        return await handler(request)
+        return await budget.charged(handler(request))
+    async with budget.request_turn():
+        return await budget.charged(handler(request))
 
 
 def _ready_middleware(ready: Callable[[], Awaitable[None]]) -> Callable[..., Awaitable[web.StreamResponse]]:

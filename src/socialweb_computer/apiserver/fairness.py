@@ -17,7 +17,13 @@ any ResourceQuota a tenant sets for its own namespaces.
 - controller writes: the cluster's controllers write at most `controller_writes_per_second`
   (a token bucket with bursts of one and a half seconds' worth: kube-controller-manager's
   client QPS of 20 and burst of 30 by default), and yield the loop between writes, so a
-  controller with a lot to do does it at a pace the neighbours do not feel.
+  controller with a lot to do does it at a pace the neighbours do not feel;
+- the loop itself: the time each step of a cluster's requests and controller syncs takes on
+  the event loop is charged to the cluster (`Budget.charged`). While several clusters use the
+  loop, each earns loop time at an equal share of the clock, and one that spent more than it
+  earned waits before its next request or sync starts (`Budget.wait_for_share`). Alone, a
+  cluster never waits. The loop is never preempted, so a neighbour still waits for a step in
+  progress, but a cluster that keeps the loop busy can no longer keep it busy for the others.
 
 `None` limits are unlimited (the standalone apiserver, the admin plane). Created by
 `cluster.LogicalCluster`; the gateway sets the limits from its spec and each Cluster.
@@ -30,12 +36,15 @@ import contextlib
 import contextvars
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+import types
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
+from typing import Any, TypeVar
 
 from socialweb_computer.api import errors
 
 Object = dict[str, Any]
+T = TypeVar("T")
 
 TURNS = 4  # requests of one tenant that run at once; the others wait their turn
 # Kinds not counted against `objects`: Events are written by the server itself, many per
@@ -85,10 +94,65 @@ class TokenBucket:
         await asyncio.sleep(0)  # one write at a time: let the neighbours' work in between
 
 
+class LoopShare:
+    """Which clusters used the event loop lately (process-wide: there is one loop)."""
+
+    ACTIVE = 0.25  # seconds: a cluster that used the loop this recently competes for it
+    _PURGE = 0.01  # the stale are forgotten at most this often (a gateway may have a thousand clusters)
+
+    def __init__(self) -> None:
+        self._used: weakref.WeakKeyDictionary[Budget, float] = weakref.WeakKeyDictionary()
+        self._purged_at = -1.0
+
+    def used(self, budget: Budget, moment: float) -> None:
+        self._used[budget] = moment
+
+    def competing(self, budget: Budget, moment: float) -> int:
+        """How many clusters share the loop now: `budget` and those that used it lately."""
+        if moment - self._purged_at > self._PURGE:
+            since = moment - self.ACTIVE
+            for stale in [other for other, last in self._used.items() if last < since]:
+                del self._used[stale]
+            self._purged_at = moment
+        return len(self._used) + (0 if budget in self._used else 1)
+
+
+SHARE = LoopShare()
+LOOP_BURST = 0.02  # seconds of loop time a cluster may run ahead of its share
+_LONGEST_WAIT = 0.5  # a cluster in debt looks again at least this often
+
+
+@types.coroutine
+def _timed(coroutine: Coroutine[Any, Any, T], charge: Callable[[float], None]) -> Generator[Any, Any, T]:
+    """Await `coroutine`, calling `charge(seconds)` with the time each of its steps ran."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        started = time.perf_counter()
+        try:
+            yielded = coroutine.throw(error) if error is not None else coroutine.send(value)
+        except StopIteration as done:
+            charge(time.perf_counter() - started)
+            return done.value  # type: ignore[no-any-return]
+        except BaseException:
+            charge(time.perf_counter() - started)
+            raise
+        charge(time.perf_counter() - started)
+        value, error = None, None
+        try:
+            value = yield yielded
+        except GeneratorExit:
+            coroutine.close()
+            raise
+        except BaseException as e:  # a cancellation (or anything thrown in) goes on to the coroutine
+            error = e
+
+
 class Budget:
     """One logical cluster's share. `counts` are live objects by (group, plural)."""
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, *, share: LoopShare | None = None,
+                 now: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits or Limits()
         self.objects = 0
         self.pods = 0
@@ -97,6 +161,12 @@ class Budget:
         self._turns = asyncio.Semaphore(TURNS)
         self._writes: TokenBucket | None = None
         self._recount: Callable[[], Awaitable[tuple[int, int]]] | None = None
+        # Loop time earned and not spent (seconds; negative: in debt), as of `_stamp`.
+        self._share = share or SHARE
+        self._now = now
+        self._balance = LOOP_BURST
+        self._stamp = now()
+        self.loop_seconds = 0.0  # charged in all (statistics)
         self.set_limits(self.limits)
 
     def set_limits(self, limits: Limits) -> None:
@@ -190,6 +260,42 @@ class Budget:
         finally:
             self.watches -= 1
 
+    # ---------------------------------------------------------------- the event loop
+
+    def _earn(self, moment: float) -> int:
+        competing = self._share.competing(self, moment)
+        if competing <= 1:
+            self._balance = LOOP_BURST  # alone: nothing owed, nothing to wait for
+        else:
+            self._balance = min(LOOP_BURST, self._balance + (moment - self._stamp) / competing)
+        self._stamp = moment
+        return competing
+
+    def charge(self, seconds: float) -> None:
+        """`seconds` of the loop were spent on this cluster's work."""
+        moment = self._now()
+        self._earn(moment)
+        self._balance -= seconds
+        self.loop_seconds += seconds
+        self._share.used(self, moment)
+
+    async def wait_for_share(self) -> None:
+        """Return once this cluster has not spent more of the loop than its share."""
+        while True:
+            competing = self._earn(self._now())
+            if self._balance >= 0:
+                return
+            await asyncio.sleep(min(-self._balance * competing, _LONGEST_WAIT))
+
+    async def charged(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run `work` once this cluster's share allows, charging its loop time to the cluster."""
+        try:
+            await self.wait_for_share()
+        except BaseException:
+            work.close()  # cancelled while waiting: `work` never started, and never will
+            raise
+        return await _timed(work, self.charge)
+
     # ---------------------------------------------------------------- controllers
 
     @property
@@ -198,7 +304,8 @@ class Budget:
 
     def statistics(self) -> dict[str, Any]:
         return {"objects": self.objects, "pods": self.pods, "watches": self.watches,
-                "requestsInFlight": self.in_flight, "limits": dataclasses.asdict(self.limits)}
+                "requestsInFlight": self.in_flight, "loopSeconds": round(self.loop_seconds, 3),
+                "limits": dataclasses.asdict(self.limits)}
 
 
 async def controller_write() -> None:

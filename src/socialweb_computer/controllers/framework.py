@@ -20,7 +20,7 @@ import asyncio
 import collections
 import datetime
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable, Coroutine, Hashable
 from typing import Any, Protocol
 
 import orjson
@@ -172,18 +172,19 @@ class WorkQueue:
         self._ready.set()
 
 
-async def run_worker(name: str, queue: WorkQueue, sync: Callable[[Any], Awaitable[None]],
-                     budget: Callable[[], fairness.TokenBucket | None] | None = None) -> None:
+async def run_worker(name: str, queue: WorkQueue, sync: Callable[[Any], Coroutine[Any, Any, None]],
+                     budget: fairness.Budget | None = None) -> None:
     """Sync keys until cancelled; a failing key is retried with back-off.
 
-    `budget` gives the cluster's controller write budget: every store write a sync makes
-    waits for it (fairness.WRITE_BUDGET), so one cluster's controllers keep their pace.
+    `budget` is the cluster's share of the gateway: every store write a sync makes waits for
+    its controller write budget (fairness.WRITE_BUDGET), and each sync starts within, and is
+    charged to, its share of the event loop, so one cluster's controllers keep their pace.
     """
     while True:
         key = await queue.get()
-        token = fairness.WRITE_BUDGET.set(budget() if budget is not None else None)
+        token = fairness.WRITE_BUDGET.set(budget.write_budget if budget is not None else None)
         try:
-            await sync(key)
+            await (budget.charged(sync(key)) if budget is not None else sync(key))
             queue.forget(key)
         except asyncio.CancelledError:
             raise

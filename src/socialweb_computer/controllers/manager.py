@@ -12,7 +12,7 @@ import asyncio
 import logging
 from typing import Any
 
-from socialweb_computer.apiserver import fairness, serviceips
+from socialweb_computer.apiserver import serviceips
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.controllers import (
     certificates,
@@ -98,11 +98,8 @@ class Manager:
         await self.gc.start()
         loop = asyncio.get_running_loop()
         for name, queue, sync in self._workers():
-            self._tasks.append(loop.create_task(framework.run_worker(name, queue, sync, self._write_budget),
+            self._tasks.append(loop.create_task(framework.run_worker(name, queue, sync, self.store.budget),
                                                 name=name))
-
-    def _write_budget(self) -> fairness.TokenBucket | None:
-        return self.store.budget.write_budget if self.store.budget is not None else None
 
     async def close(self) -> None:
         for _name, queue, _sync in self._workers():
