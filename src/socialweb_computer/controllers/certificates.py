@@ -1,5 +1,6 @@
-"""CertificateSigningRequests after admission: the `kubernetes.io/kube-apiserver-client`
-signer and the cleaner, as kube-controller-manager's csrsigning and csrcleaner do.
+"""CertificateSigningRequests after admission: the `kubernetes.io/kube-apiserver-client`,
+`kubernetes.io/kube-apiserver-client-kubelet` and `kubernetes.io/kubelet-serving` signers and
+the cleaner, as kube-controller-manager's csrsigning and csrcleaner do.
 
 Signing: an Approved (and not Denied or Failed) CSR for `kubernetes.io/kube-apiserver-client`
 without a certificate is signed with the cluster's ClientCA (the `Signer` the cluster is
@@ -8,8 +9,17 @@ CommonName is the user, its Organizations the groups, held to RBAC. The usages m
 `client auth` with optionally `digital signature` and `key encipherment`; otherwise, and for
 a request naming `system:masters` (admission already refuses those at creation; this is the
 second line), the CSR gets `Failed` (SignerValidationFailure) with the reason. Validity:
-`spec.expirationSeconds` or one year, never past the CA. Other signer names are left to
-whoever serves them (none here).
+`spec.expirationSeconds` or one year, never past the CA.
+
+The two kubelet signers sign with the same ClientCA (a kubelet's client certificate is a
+credential for this cluster; kube-controller-manager's default `--cluster-signing-*` files
+serve all three signers too) after upstream's checks of what a node may ask for
+(`KUBELET_RULES`): the organization exactly `system:nodes`, a common name
+`system:node:<name>`, the usages of a client (or serving) certificate, and for serving
+certificates a DNS or IP name and no email or URI. A failed check is `Failed`
+(SignerValidationFailure) with upstream's words. `kubernetes.io/legacy-unknown` and other
+signer names are left to whoever serves them (none here). Auto-approval of node CSRs
+(kube-controller-manager's csrapproving) is not done: an operator approves them.
 
 Cleaning: issued or denied CSRs go an hour after their last condition update, failed ones
 too, pending ones after 24 hours, and any whose certificate has expired; one timer per CSR.
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cryptography import x509
@@ -33,6 +44,10 @@ from socialweb_computer.controllers import framework
 Object = dict[str, Any]
 MANAGER = "kube-controller-manager"
 KUBE_APISERVER_CLIENT = "kubernetes.io/kube-apiserver-client"
+KUBELET_CLIENT = "kubernetes.io/kube-apiserver-client-kubelet"
+KUBELET_SERVING = "kubernetes.io/kubelet-serving"
+NODES_GROUP = "system:nodes"
+NODE_PREFIX = "system:node:"
 SUPERUSER_GROUP = "system:masters"
 _CLIENT_USAGES = ("digital signature", "key encipherment")
 APPROVED_TTL = datetime.timedelta(hours=1)
@@ -66,6 +81,57 @@ def usage_problem(usages: list[str]) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class KubeletRule:
+    """What one kubelet signer accepts (ValidateKubeletClientCSR / ValidateKubeletServingCSR)."""
+
+    usage_sets: tuple[frozenset[str], ...]  # the usages, exactly one of these sets
+    needs_dns_or_ip: bool  # at least one DNS or IP SAN (serving), or none of them (client)
+
+
+KUBELET_RULES: dict[str, KubeletRule] = {
+    KUBELET_CLIENT: KubeletRule(
+        (frozenset({"digital signature", "key encipherment", "client auth"}),
+         frozenset({"digital signature", "client auth"})), needs_dns_or_ip=False),
+    KUBELET_SERVING: KubeletRule(
+        (frozenset({"digital signature", "key encipherment", "server auth"}),
+         frozenset({"digital signature", "server auth"})), needs_dns_or_ip=True),
+}
+
+
+def _go_list(values: frozenset[str]) -> str:
+    return "[" + " ".join(sorted(values)) + "]"
+
+
+def kubelet_problem(rule: KubeletRule, request: x509.CertificateSigningRequest, usages: list[str]) -> str:
+    """"" when a kubelet signer may sign `request`; otherwise upstream's error text."""
+    orgs = [str(a.value) for a in request.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+    if orgs != [NODES_GROUP]:
+        return "subject organization is not system:nodes"
+    try:
+        sans = request.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        sans = x509.SubjectAlternativeName([])
+    dns, ips = sans.get_values_for_type(x509.DNSName), sans.get_values_for_type(x509.IPAddress)
+    if rule.needs_dns_or_ip:
+        if not dns and not ips:
+            return "DNS or IP subjectAltName is required"
+    elif dns:
+        return "DNS subjectAltNames are not allowed"
+    elif ips:
+        return "IP subjectAltNames are not allowed"
+    if sans.get_values_for_type(x509.RFC822Name):
+        return "Email subjectAltNames are not allowed"
+    if sans.get_values_for_type(x509.UniformResourceIdentifier):
+        return "URI subjectAltNames are not allowed"
+    names = [str(a.value) for a in request.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if not names or not names[0].startswith(NODE_PREFIX):
+        return "subject common name does not begin with system:node:"
+    if frozenset(usages) not in rule.usage_sets:
+        return f"usages did not match {_go_list(rule.usage_sets[0])}"
+    return ""
+
+
 class CertificateController:
     def __init__(self, store: store_mod.Store, informers: framework.Informers, clock: framework.Clock,
                  signer: Signer | None) -> None:
@@ -90,7 +156,8 @@ class CertificateController:
         if not approved(csr) or _true(csr, "Failed") or status.get("certificate") or self.signer is None:
             return
         spec = csr.get("spec") or {}
-        if spec.get("signerName") != KUBE_APISERVER_CLIENT:
+        signer_name = spec.get("signerName")
+        if signer_name != KUBE_APISERVER_CLIENT and signer_name not in KUBELET_RULES:
             return
         try:
             request = csr_strategy.parse_request(csr_strategy.request_pem(csr))
@@ -98,7 +165,8 @@ class CertificateController:
             await self._fail(csr, f'unable to parse csr "{csr["metadata"]["name"]}": {e}')
             return
         usages = [str(u) for u in spec.get("usages") or []]
-        problem = usage_problem(usages)
+        rule = KUBELET_RULES.get(str(signer_name))
+        problem = kubelet_problem(rule, request, usages) if rule is not None else usage_problem(usages)
         orgs = [str(a.value) for a in request.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
         if not problem and SUPERUSER_GROUP in orgs:
             problem = (f"refusing to sign a client certificate for {SUPERUSER_GROUP}: that group bypasses "
