@@ -1292,6 +1292,30 @@ POLICY_BINDING = Printer((
 ))
 
 
+def _apiservice_service(r: Row) -> str:
+    service = r.get("spec", "service")
+    if not isinstance(service, dict):
+        return "Local"
+    return f"{service.get('namespace', '')}/{service.get('name', '')}"
+
+
+def _apiservice_available(r: Row) -> str:
+    for cond in r.list("status", "conditions"):
+        if cond.get("type") == "Available":
+            status = str(cond.get("status", ""))
+            return status if status == "True" else f"{status} ({cond.get('reason', '')})"
+    return "Unknown"
+
+
+# kube-aggregator's table convertor.
+API_SERVICE = Printer((
+    NAME,
+    _col("Service", _apiservice_service, "The reference to the service that hosts this API endpoint."),
+    _col("Available", _apiservice_available, "Whether this service is available."),
+    AGE,
+))
+
+
 def _flow_schemas_in_order(items: list[Object]) -> list[Object]:
     return sorted(items, key=lambda o: ((o.get("spec") or {}).get("matchingPrecedence") or 0,
                                         (o.get("metadata") or {}).get("name") or ""))
@@ -1521,6 +1545,7 @@ TABLES: dict[tuple[str, str], Printer] = {
         "Mutation indicates the number of mutations rules defined in this configuration"),
     ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding"): POLICY_BINDING,
     ("flowcontrol.apiserver.k8s.io", "FlowSchema"): FLOW_SCHEMA,
+    ("apiregistration.k8s.io", "APIService"): API_SERVICE,
     ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"): PRIORITY_LEVEL,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): CUSTOM_RESOURCE_DEFINITION,
     ("resource.k8s.io", "DeviceClass"): NAME_AND_AGE,

@@ -15,6 +15,7 @@ from typing import Any
 from socialweb_computer.apiserver import serviceips
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.controllers import (
+    apiregistration,
     certificates,
     cronjob,
     daemonset,
@@ -22,6 +23,7 @@ from socialweb_computer.controllers import (
     disruption,
     endpoints,
     events,
+    flowcontrol,
     framework,
     gc,
     hpa,
@@ -52,6 +54,10 @@ class Manager:
                                                                  self.recorder)
         # Signs kubernetes.io/kube-apiserver-client CSRs with the cluster's ClientCA (None: no signer).
         self.certificates = certificates.CertificateController(store, self.informers, self.clock, signer)
+        # What the apiserver keeps for itself: its local APIServices and the bootstrap
+        # priority-and-fairness configuration, with their status.
+        self.apiservices = apiregistration.APIServiceController(store, self.informers, self.clock)
+        self.flowcontrol = flowcontrol.FlowControlController(store, self.informers, self.clock)
         self.volumes = volumes.VolumeController(store, self.informers, self.clock, self.recorder)
         self.deployments = deployment.DeploymentController(store, self.informers, self.clock, self.recorder)
         self.jobs = job.JobController(store, self.informers, self.clock, self.recorder)
@@ -77,6 +83,8 @@ class Manager:
             ("horizontal-pod-autoscaler", self.autoscalers.queue, self.autoscalers.sync),
             ("certificatesigningrequest-controller", self.certificates.queue, self.certificates.sync),
             ("persistentvolume-controller", self.volumes.queue, self.volumes.sync),
+            ("apiservice-registration-controller", self.apiservices.queue, self.apiservices.sync),
+            ("priority-and-fairness-config-controller", self.flowcontrol.queue, self.flowcontrol.sync),
             ("deployment-controller", self.deployments.queue, self.deployments.sync),
             ("job-controller", self.jobs.queue, self.jobs.sync),
             ("disruption-controller", self.disruption.queue, self.disruption.sync),

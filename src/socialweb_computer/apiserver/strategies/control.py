@@ -4,7 +4,9 @@ APIServices (apiregistration.k8s.io) and RuntimeClasses (node.k8s.io).
 
 They are stored with upstream's defaults and validated; this server does not yet call
 webhooks, evaluate admission policies' CEL, apply priority and fairness or proxy to
-aggregated APIServices (docs/api-engine.md says so).
+aggregated APIServices (docs/api-engine.md says so). The bootstrap APIServices and
+priority-and-fairness objects, and their status, come from `controllers.apiregistration`
+and `controllers.flowcontrol`.
 """
 
 from __future__ import annotations
@@ -290,6 +292,9 @@ class PriorityLevelConfigurationStrategy(base.Strategy):
 
 
 class APIServiceStrategy(base.Strategy):
+    # Upstream checks a path segment and the <version>.<group> shape (the core group's is "v1.").
+    name_format = "path"
+
     def default(self, obj: Object) -> None:
         service = (obj.get("spec") or {}).get("service") if isinstance(obj.get("spec"), dict) else None
         if isinstance(service, dict) and service.get("port") is None:
@@ -305,8 +310,10 @@ class APIServiceStrategy(base.Strategy):
         causes: list[Cause] = []
         if not version:
             causes.append(base.required("spec.version"))
-        expected = f"{version}.{group}" if group else version
-        if version and name != expected:
+        expected = f"{version}.{group}"
+        if "." not in name:
+            causes.append(base.invalid("metadata.name", name, "must be of the form <version>.<group>"))
+        elif version and name != expected:
             causes.append(
                 base.invalid("metadata.name", name, f'must be `spec.version+"."+spec.group`: "{expected}"')
             )
