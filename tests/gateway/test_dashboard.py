@@ -3,7 +3,8 @@
 Two clusters, a node (fake kubelet, labelled by a bidder), a running and a pending pod:
 the page must show each, say honestly that no capacity controller runs, show no
 credential, and show a cluster created afterwards without a reload. Screenshots are kept
-under the test's tmp dir (the path is printed).
+under the test's tmp dir (the path is printed). The same with a real sandbox node started
+by its bidder: tests/node/test_operator_view.py.
 """
 
 from __future__ import annotations
@@ -32,19 +33,6 @@ def table_text(browser, table_id: str) -> str:
     return browser.find_element("id", table_id).text
 
 
-def secrets_of(state_dir: Path) -> list[str]:
-    """Lines of every private key and kubeconfig credential in the state directory."""
-    found = []
-    for path in state_dir.rglob("*"):
-        if path.is_file() and (path.suffix == ".key" or path.name.endswith("kubeconfig")):
-            for line in path.read_text(errors="replace").splitlines():
-                line = line.strip()
-                secretish = "data" in line or path.suffix == ".key"
-                if len(line) >= 40 and not line.startswith("-----") and secretish:
-                    found.append(line.split(":")[-1].strip()[:40])
-    return found
-
-
 def test_dashboard_in_chromium(start_gateway, tmp_path: Path) -> None:
     gw = start_gateway({"clusters": [{"name": "ci"}, {"name": "dev"}]})
     gw.wait_phase("ci", "Ready")
@@ -68,7 +56,7 @@ def test_dashboard_in_chromium(start_gateway, tmp_path: Path) -> None:
             assert "1 Pending, 1 Running" in clusters
             nodes = table_text(browser, "nodes")
             assert "fake-node-0" in nodes and "sandbox" in nodes and "True" in nodes
-            assert "32 CPU, 128Gi" in nodes
+            assert "32 vCPU, 128 GiB memory" in nodes
             pending = table_text(browser, "pending")
             assert "Insufficient cpu" in pending  # the scheduler's message: why it waits
             assert "no capacity controller" in browser.find_element("id", "capacity").text
@@ -78,7 +66,7 @@ def test_dashboard_in_chromium(start_gateway, tmp_path: Path) -> None:
 
             page = browser.page_source
             assert "kubeconfig" not in page.lower() and "PRIVATE KEY" not in page
-            for secret in secrets_of(gw.state_dir):
+            for secret in browser_mod.secret_lines(gw.state_dir):
                 assert secret not in page
 
             # A change appears without a reload: the marker set on this page load survives.

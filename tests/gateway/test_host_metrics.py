@@ -1,12 +1,16 @@
 """The host's metrics on the gateway's HTTP API `/metrics`, after a kubectl workload.
 
 Parsed with prometheus_client's parser; labels must never name a cluster, node or pod.
+On SQLite and on etcd (the store's statistics come from either backend the same way).
+Metrics of real sandbox nodes: tests/node/test_operator_view.py.
 """
 
 from __future__ import annotations
 
 import time
 import urllib.request
+
+import pytest
 
 from socialweb_computer.testing import fakenodes
 from socialweb_computer.testing import gateway as gateway_mod
@@ -19,7 +23,8 @@ def scrape_host(gw: gateway_mod.GatewayProcess) -> Samples:
         return parse(response.read().decode())
 
 
-def test_host_metrics(start_gateway) -> None:
+@pytest.mark.both_storages
+def test_host_metrics(start_gateway, storage: str) -> None:
     gw = start_gateway({"clusters": [{"name": "ci"}, {"name": "parked", "running": False}]})
     gw.wait_phase("ci", "Ready")
     gw.wait_phase("parked", "Unavailable")
@@ -43,12 +48,23 @@ def test_host_metrics(start_gateway) -> None:
         "Initializing", "Ready", "Unavailable", "Draining"}
     assert value(samples, "socialweb_nodes", bidder="unknown", state="Ready") == 1
     assert value(samples, "socialweb_pending_pod_oldest_age_seconds") >= 0
-    assert value(samples, "socialweb_store_size_bytes", backend="sqlite") > 0
-    assert value(samples, "socialweb_store_revision", backend="sqlite") > 0
-    commits = value(samples, "socialweb_store_commit_duration_seconds_count", backend="sqlite")
+    assert label_values(samples, "socialweb_store_revision", "backend") == {storage}
+    assert value(samples, "socialweb_store_size_bytes", backend=storage) > 0
+    assert value(samples, "socialweb_store_revision", backend=storage) > 0
+    assert value(samples, "socialweb_store_watches", backend=storage) > 0  # controllers and informers
+    commits = value(samples, "socialweb_store_commit_duration_seconds_count", backend=storage)
     assert commits > 0
     bucket = "socialweb_store_commit_duration_seconds_bucket"
-    assert value(samples, bucket, backend="sqlite", le="+Inf") == commits
+    assert value(samples, bucket, backend=storage, le="+Inf") == commits
+    assert value(samples, bucket, backend=storage, le="8.0") <= commits
+    # Writes move the commit count: one kubectl create is at least one more commit.
+    gw.kubectl_with(tenant, "create", "configmap", "one-more")
+    later = scrape_host(gw)
+    assert value(later, "socialweb_store_commit_duration_seconds_count", backend=storage) > commits
+    assert value(later, "socialweb_store_revision", backend=storage) > value(
+        samples, "socialweb_store_revision", backend=storage)
+    # A fake kubelet's node has no bidder record: no boot is timed (the family is there, empty).
+    assert not any(name.startswith("socialweb_node_boot_duration_seconds") for name, _ in samples)
     assert value(samples, "socialweb_capacity_controller_registered") == 0
     assert value(samples, "socialweb_gateway_info") == 1
     assert value(samples, "process_resident_memory_bytes") > 0

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from socialweb_computer import testing
 from socialweb_computer.testing import gateway as gateway_mod
 from socialweb_computer.testing import images, nodes
 
@@ -137,6 +138,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[gateway_mod.Ga
     with gateway_mod.GatewayProcess.start(state, {"clusters": [{"name": "ci"}]}, timeout=60) as gw:
         gw.wait_phase("ci", "Ready", timeout=60)
         yield gw
+    # Streams, logs and node traffic end in many ways; none of them is a traceback in the log.
+    tracebacks = testing.logged_tracebacks(gw)
+    assert not tracebacks, f"the gateway logged {len(tracebacks)} traceback(s); the first:\n{tracebacks[0]}"
 
 
 @pytest.fixture(scope="module")

@@ -89,7 +89,7 @@ def render(doc: dict[str, Any], *, now: datetime.datetime | None = None) -> str:
                      for c in doc.get("clusters", [])], "no clusters")
     out += _section("NODES", ["CLUSTER", "NAME", "READY", "BIDDER", "SIZE", "IMAGE", "AGE", "PODS"],
                     [[n["cluster"], n["name"], n["ready"] + (",cordoned" if n.get("unschedulable") else ""),
-                      n["bidder"] or "-", f"{n['cpu']} CPU/{n['memory']}", n["image"] or "-",
+                      n["bidder"] or "-", n.get("size") or "-", n["image"] or "-",
                       _age(n["created"], moment), str(len(n["pods"]))] for n in doc.get("nodes", [])],
                     "no nodes")
     pending = doc.get("pending", [])

@@ -15,11 +15,13 @@ A provider answers `snapshot()` with plain values; it must not block, since it i
 on the event loop for each dashboard push and scrape. The records are Protocols, so the
 capacity package returns its own dataclasses and never imports the gateway (imports point
 from the gateway down to capacity); `testing.capacity.FakeCapacity` is one implementation.
-`collect()` returns the provider's own counters and histograms as prometheus_client metric
-families, named as docs/observability.md lists (`socialweb_rental_decisions_total`,
-`socialweb_node_boot_duration_seconds`, `socialweb_image_builds_total`). The gauges that
-follow from a snapshot (nodes by bidder and state, warm-pool size, budget used and free)
-the gateway derives itself, so their names and labels stay in one place (`metrics.py`).
+`collect()` returns the provider's own counters as prometheus_client metric families,
+named as docs/observability.md lists (`socialweb_rental_decisions_total`,
+`socialweb_image_builds_total`). The gauges that follow from a snapshot (rented nodes by
+bidder and state, warm-pool size, budget used and free) the gateway derives itself, so
+their names and labels stay in one place (`metrics.py`); so is the node boot duration
+(`observer.NodeBoots`: from the bidder's record of the start to the Node's first Ready),
+which needs nothing from capacity.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class CapacityProvider(Protocol):
         """Budget, rented and warm nodes, recent decisions, now. Must not block."""
 
     def collect(self) -> Iterable[Metric]:
-        """Its counters and histograms (rental decisions, boot durations, image builds)."""
+        """Its counters (rental decisions, image builds)."""
 
 
 def as_json(snapshot: CapacitySnapshot) -> dict[str, Any]:

@@ -68,6 +68,7 @@ class ClusterController:
         changes: observer.Changes | None = None,
         events: observer.EventLog | None = None,
         mirror: statemirror.StateMirror | None = None,
+        boots: observer.NodeBoots | None = None,
     ) -> None:
         self.admin = admin
         self.kind = kind
@@ -78,6 +79,7 @@ class ClusterController:
         self.tenants: dict[str, tenants.TenantPlane] = {}
         self.changes = changes or observer.Changes()
         self.events = events or observer.EventLog(self.changes)
+        self.boots = boots or observer.NodeBoots(Path(state.root))
         self.queue = framework.WorkQueue(framework.Clock())
         self._reserved = reserved_ports  # the gateway's own ports
         self._ports = {
@@ -355,7 +357,7 @@ class ClusterController:
         return tenants.TenantPlane(
             record, self.state.cluster_pki(record.name), self.backend, self.spec.address, self.queue.add,
             bidders_base.NodeDirectory(Path(self.state.root), record.name),
-            observer.TenantView(record.name, self.changes, self.events),
+            observer.TenantView(record.name, self.changes, self.events, self.boots),
             limits=self.limits_of(cluster), connections=self.spec.connections,
         )
 

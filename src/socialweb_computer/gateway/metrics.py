@@ -43,6 +43,7 @@ def collect(
     views: Mapping[str, observer.TenantView],
     store: storage.Statistics | None,
     capacity: capacityview.CapacityProvider | None,
+    boots: Mapping[str, storage.Latency] | None = None,
     now: datetime.datetime | None = None,
 ) -> Iterator[Metric]:
     moment = now or datetime.datetime.now(datetime.UTC)
@@ -61,6 +62,7 @@ def collect(
     yield by_phase
 
     yield from _tenant_families(views.values(), moment)
+    yield _boot_family(boots or {})
     if store is not None:
         yield from _store_families(store)
     yield from _capacity_families(capacity)
@@ -73,7 +75,7 @@ def _tenant_families(views: Iterable[observer.TenantView], moment: datetime.date
     for view in views:
         for node in view.nodes.values():
             state = {"True": "Ready", "False": "NotReady"}.get(node.ready, "Unknown")
-            key = (node.bidder or "unknown", state)
+            key = (observer.bidder_label(node.bidder), state)
             nodes[key] = nodes.get(key, 0) + 1
         for phase, count in view.pods_by_phase().items():
             pods[phase] = pods.get(phase, 0) + count
@@ -97,9 +99,25 @@ def _tenant_families(views: Iterable[observer.TenantView], moment: datetime.date
                             "Age of the oldest Pending pod (0 when none waits).", value=oldest)
 
 
+def _histogram(name: str, documentation: str, label: str,
+               by_value: Mapping[str, storage.Latency]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation, labels=(label,))
+    for value, latency in by_value.items():
+        bounds = [*(repr(b) for b in latency.buckets), "+Inf"]
+        family.add_metric((value,), list(zip(bounds, latency.counts, strict=True)), latency.sum)
+    return family
+
+
+def _boot_family(boots: Mapping[str, storage.Latency]) -> Metric:
+    return _histogram("socialweb_node_boot_duration_seconds",
+                      "From a bidder starting a node to its Node first seen Ready, by bidder.", "bidder",
+                      boots)
+
+
 def _store_families(stats: storage.Statistics) -> Iterator[Metric]:
     labels = ("backend",)
-    size = GaugeMetricFamily("socialweb_store_size_bytes", "Bytes the store occupies (SQLite: file and WAL).",
+    size = GaugeMetricFamily("socialweb_store_size_bytes",
+                             "Bytes the store occupies (SQLite: file and WAL; etcd: its database).",
                              labels=labels)
     size.add_metric((stats.backend,), stats.size_bytes)
     yield size
@@ -109,12 +127,8 @@ def _store_families(stats: storage.Statistics) -> Iterator[Metric]:
     watches = GaugeMetricFamily("socialweb_store_watches", "Open watches on the store.", labels=labels)
     watches.add_metric((stats.backend,), stats.watches)
     yield watches
-    commits = HistogramMetricFamily("socialweb_store_commit_duration_seconds",
-                                    "How long each write took to commit to the store.", labels=labels)
-    bounds = [*(repr(b) for b in stats.commits.buckets), "+Inf"]
-    commits.add_metric((stats.backend,), list(zip(bounds, stats.commits.counts, strict=True)),
-                       stats.commits.sum)
-    yield commits
+    yield _histogram("socialweb_store_commit_duration_seconds", "How long each write took to commit.",
+                     "backend", {stats.backend: stats.commits})
 
 
 def _capacity_families(capacity: capacityview.CapacityProvider | None) -> Iterator[Metric]:

@@ -6,8 +6,8 @@
     gateway   version, apiURL, adminServer, startedAt, ready
     store     backend, sizeBytes, revision, compactedRevision, watches, commits{count, meanSeconds}
     clusters  name, phase, url, running, nodes, pods{phase: n}, pending
-    nodes     cluster, name, ready, bidder, cpu, memory, image, created, pods (running there)
-    pending   cluster, namespace, name, created, node, reason (the scheduler's message)
+    nodes     cluster, name, ready, bidder, size, cpu, memory, disk, image, created, pods there
+    pending   cluster, namespace, name, created, node, reason (why it waits: observer.py)
     events    time, cluster, namespace, type, reason, object, message, count
     capacity  null until a capacity controller registers (capacityview.py), then its snapshot
 
@@ -22,6 +22,7 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from socialweb_computer.api import quantity
 from socialweb_computer.gateway import capacityview, observer
 from socialweb_computer.storage import base as storage
 
@@ -79,8 +80,41 @@ def build(
 
 def _node(node: observer.NodeRow) -> Object:
     return {"name": node.name, "ready": node.ready, "unschedulable": node.unschedulable,
-            "bidder": node.bidder, "cpu": node.cpu, "memory": node.memory, "image": node.image,
-            "created": node.created}
+            "bidder": node.bidder, "size": size_text(node.cpu, node.memory, node.disk),
+            "sizeLabel": node.size, "cpu": node.cpu, "memory": node.memory, "disk": node.disk,
+            "image": node.image, "created": node.created}
+
+
+def size_text(cpu: str, memory: str, disk: str) -> str:
+    """A node's capacity as a person reads it: "2 vCPU, 2 GiB memory, 4 GiB disk"."""
+    parts = []
+    if cpu:
+        parts.append(f"{_number(cpu)} vCPU")
+    if memory:
+        parts.append(f"{_binary(memory)} memory")
+    if disk:
+        parts.append(f"{_binary(disk)} disk")
+    return ", ".join(parts)
+
+
+def _number(value: str) -> str:
+    try:
+        amount = quantity.parse_quantity(value)
+    except quantity.QuantityError:
+        return value
+    return f"{float(amount):g}"
+
+
+def _binary(value: str) -> str:
+    try:
+        amount = float(quantity.parse_quantity(value))
+    except quantity.QuantityError:
+        return value
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024 or unit == "TiB":
+            break
+        amount /= 1024
+    return f"{amount:.3g} {unit}" if unit != "B" else f"{int(amount)} B"
 
 
 def store_json(stats: storage.Statistics | None) -> Object | None:

@@ -91,6 +91,7 @@ class Gateway:
         self._runners: list[web.AppRunner] = []
         self.changes = observer.Changes()
         self.events = observer.EventLog(self.changes)
+        self.boots = observer.NodeBoots(Path(self.state.root))
         self._capacity: capacityview.CapacityProvider | None = None
         self._process_collectors = gateway_metrics.process_collectors()
 
@@ -126,6 +127,7 @@ class Gateway:
             changes=self.changes,
             events=self.events,
             mirror=mirror,
+            boots=self.boots,
         )
         await self._controller.start()
         await self._ensure_spec_clusters()
@@ -342,6 +344,7 @@ class Gateway:
             views=self._views(),
             store=self._store_statistics(),
             capacity=self._capacity,
+            boots=self.boots.snapshot(),
         ))
         return apiserver_metrics.exposition_text(families)
 

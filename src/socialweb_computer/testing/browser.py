@@ -8,6 +8,9 @@ from touching any profile but a fresh one:
     with headless_chromium(tmp_path) as browser:
         browser.get(url)
         browser.save_screenshot(str(tmp_path / "page.png"))
+
+`secret_lines(state_dir)` gives what a page must never contain: the long lines of every
+private key and kubeconfig credential the gateway wrote.
 """
 
 from __future__ import annotations
@@ -59,3 +62,17 @@ def headless_chromium(scratch: Path | None = None) -> Iterator[Any]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def secret_lines(state_dir: Path) -> list[str]:
+    """The first 40 characters of each long line of every private key and kubeconfig credential
+    under `state_dir` (PEM armour lines aside): a page that shows any of them leaks it."""
+    found = []
+    for path in state_dir.rglob("*"):
+        if path.is_file() and (path.suffix == ".key" or path.name.endswith("kubeconfig")):
+            for line in path.read_text(errors="replace").splitlines():
+                line = line.strip()
+                secretish = "data" in line or path.suffix == ".key"
+                if len(line) >= 40 and not line.startswith("-----") and secretish:
+                    found.append(line.split(":")[-1].strip()[:40])
+    return found

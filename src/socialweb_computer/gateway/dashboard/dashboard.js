@@ -122,7 +122,7 @@ function render(doc) {
     (n) => [n.name],
     (n) => [n.unschedulable ? `${n.ready}, cordoned` : n.ready, `ready-${n.ready}`],
     (n) => [n.bidder || "—"],
-    (n) => [`${n.cpu} CPU, ${n.memory}`],
+    (n) => [n.size || "—"],
     (n) => [n.image || "—"],
     (n) => [age(n.created)],
     (n) => [n.pods.length ? n.pods.join(", ") : "nothing"],
