@@ -46,30 +46,29 @@ def _log(message: str) -> None:
     print(f"node-build: {message}", file=sys.stderr)
 
 
+CACHE_ENV = "SOCIALWEB_NODE_BUILD_CACHE"  # where the downloaded .deb files are kept, if set
+
+
 def default_cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
     root = HERE.parents[2]
     if (root / "pyproject.toml").is_file():
         return root / ".tools" / "cache" / "debian"
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "socialweb-computer" / "debian"
 
 
-def _stamp_path() -> Path:
-    return GENERATED / "pause.stamp"
-
-
-def build_pause(*, force: bool = False) -> bool:
+def build_pause(*, force: bool = False, output: Path = GENERATED) -> bool:
+    """Writes `pause.oci.tar` into `output` (another than this package's `generated`: the
+    wheel's build tree, setup.py). Returns True when it (re)wrote it."""
     name = pause_image_name()
-    if (
-        not force
-        and PAUSE_ARCHIVE.is_file()
-        and _stamp_path().is_file()
-        and _stamp_path().read_text() == name
-    ):
+    archive, stamp = output / PAUSE_ARCHIVE.name, output / "pause.stamp"
+    if not force and archive.is_file() and stamp.is_file() and stamp.read_text() == name:
         return False
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         raise BuildError("no C compiler (gcc) to build the pause image; install gcc and libc6-dev")
-    GENERATED.mkdir(exist_ok=True)
+    output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pause-") as tmp:
         binary = Path(tmp) / "pause"
         result = subprocess.run(
@@ -79,8 +78,8 @@ def build_pause(*, force: bool = False) -> bool:
             raise BuildError(f"gcc -static failed (is libc6-dev installed?):\n{result.stderr.strip()}")
         image = oci.Image(entrypoint=["/pause"], user="65535:65535")
         image.add_file("pause", binary.read_bytes(), mode=0o755)
-        image.write_archive(PAUSE_ARCHIVE, name)
-    _stamp_path().write_text(name)
+        image.write_archive(archive, name)
+    stamp.write_text(name)
     _log(f"wrote the pause image {name}")
     return True
 

@@ -63,20 +63,24 @@ def strip_gogoproto(text: str) -> str:
     return "\n".join(kept) + "\n"
 
 
-def is_up_to_date(cache: Path) -> bool:
+def is_up_to_date(cache: Path, output: Path = GENERATED) -> bool:
     debs = debian.cached_debs([PACKAGE], cache)
+    stamp = output / STAMP.name
     return (
         bool(debs)
-        and STAMP.is_file()
-        and STAMP.read_text() == _stamp(debs[0])
-        and (GENERATED / "api_pb2.py").is_file()
-        and (GENERATED / "api_pb2_grpc.py").is_file()
+        and stamp.is_file()
+        and stamp.read_text() == _stamp(debs[0])
+        and (output / "api_pb2.py").is_file()
+        and (output / "api_pb2_grpc.py").is_file()
     )
 
 
-def build(cache: Path, *, force: bool = False, log: Callable[[str], None] = print) -> bool:
-    """Returns True when it (re)wrote the stubs."""
-    if not force and is_up_to_date(cache):
+def build(
+    cache: Path, *, force: bool = False, log: Callable[[str], None] = print, output: Path = GENERATED
+) -> bool:
+    """Returns True when it (re)wrote the stubs. `output` is the `generated` package directory
+    (another than this one's: the wheel's build tree, setup.py)."""
+    if not force and is_up_to_date(cache, output):
         return False
     from grpc_tools import protoc
 
@@ -107,15 +111,16 @@ def build(cache: Path, *, force: bool = False, log: Callable[[str], None] = prin
         if status != 0:
             raise StubBuildError(f"protoc failed on {PROTO} (exit {status})")
         produced = out / "socialweb_computer" / "node" / "cri" / "generated"
-        staging = Path(tempfile.mkdtemp(prefix=".generated-", dir=HERE))
+        output.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".generated-", dir=output.parent))
         try:
             for name in ("api_pb2.py", "api_pb2_grpc.py"):
                 shutil.copy2(produced / name, staging / name)
             (staging / "__init__.py").write_text('"""Generated CRI stubs (see ../build.py); not in git."""\n')
-            (staging / "stamp").write_text(_stamp(deb))
-            if GENERATED.exists():
-                shutil.rmtree(GENERATED)
-            staging.rename(GENERATED)
+            (staging / STAMP.name).write_text(_stamp(deb))
+            if output.exists():
+                shutil.rmtree(output)
+            staging.rename(output)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     log(f"wrote CRI stubs from {deb.name}")
