@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -85,6 +86,7 @@ def _node(node: observer.NodeRow) -> Object:
             "image": node.image, "created": node.created}
 
 
+@functools.lru_cache(maxsize=256)  # nodes come in a few sizes; parsing quantities is not cheap
 def size_text(cpu: str, memory: str, disk: str) -> str:
     """A node's capacity as a person reads it: "2 vCPU, 2 GiB memory, 4 GiB disk"."""
     parts = []
