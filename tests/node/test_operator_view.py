@@ -92,12 +92,7 @@ def test_the_operator_sees_a_real_node_its_pods_and_what_waits(
             name = node.name
             _with_a_node(gw, tenant, node.name, registry, image, tmp_path)
     finally:
-        left = nodes.HostSnapshot.take(marker).differences(before)
-        # The shared `socialweb` cgroup parent comes and goes with other tests' nodes on this
-        # machine; this node's own cgroups are what it must not leave.
-        left.pop("cgroups", None)
-        assert left == {}
-        assert not name or not list(Path(sandbox.CGROUP_ROOT).glob(f"*/{sandbox.CGROUP_PARENT}/{name}"))
+        assert nodes.HostSnapshot.take(marker).left_by_node(before, name) == {}
 
 
 def _with_a_node(gw: gateway_mod.GatewayProcess, tenant: Tenant, node: str, registry: images.Registry,

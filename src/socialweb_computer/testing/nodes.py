@@ -105,6 +105,21 @@ class HostSnapshot:
                 out[field.name] = (tuple(sorted(mine - theirs)), tuple(sorted(theirs - mine)))
         return out
 
+    def left_by_node(
+        self, before: HostSnapshot, node: str
+    ) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """What node `node` left behind between `before` and this snapshot.
+
+        The shared `socialweb` cgroup parent comes and goes with other tests' nodes on this
+        machine, so the cgroups compared are this node's own (`socialweb/<node>`)."""
+        left = self.differences(before)
+        left.pop("cgroups", None)
+        pattern = f"*/{sandbox.CGROUP_PARENT}/{node}"
+        own = tuple(sorted(str(p) for p in Path(sandbox.CGROUP_ROOT).glob(pattern)))
+        if node and own:
+            left["cgroups"] = (own, ())
+        return left
+
 
 @contextlib.contextmanager
 def sandbox_node(
