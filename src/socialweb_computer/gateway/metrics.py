@@ -61,6 +61,23 @@ def collect(
         by_phase.add_metric((phase,), count)
     yield by_phase
 
+    own = {info.name, by_phase.name}
+    for family in _gateway_families(views, store, capacity, boots, moment):
+        own.add(family.name)
+        yield family
+    if capacity is not None:
+        # A family the gateway derives itself (node boot durations, the snapshot's gauges) is
+        # the gateway's: a second family of the same name would make the scrape invalid.
+        yield from (family for family in capacity.collect() if family.name not in own)
+
+
+def _gateway_families(
+    views: Mapping[str, observer.TenantView],
+    store: storage.Statistics | None,
+    capacity: capacityview.CapacityProvider | None,
+    boots: Mapping[str, storage.Latency] | None,
+    moment: datetime.datetime,
+) -> Iterator[Metric]:
     yield from _tenant_families(views.values(), moment)
     yield _boot_family(boots or {})
     if store is not None:
@@ -159,7 +176,6 @@ def _capacity_families(capacity: capacityview.CapacityProvider | None) -> Iterat
         free.add_metric((budget.resource, budget.unit), max(budget.total - budget.used, 0))
     yield used
     yield free
-    yield from capacity.collect()
 
 
 def _age(created: str, moment: datetime.datetime) -> float:
