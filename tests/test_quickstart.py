@@ -90,3 +90,13 @@ def test_run_sh_second_gateway_and_credentials_outside_the_checkout(tmp_path: Pa
     assert sorted(p.name for p in out_dir.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]
     assert oct((out_dir / "tls.key").stat().st_mode & 0o777) == "0o600"
     assert _untracked() == before  # nothing new in the checkout, ignored or not
+
+
+def test_gitignore_covers_credentials_and_state_beside_the_checkout() -> None:
+    """Run by hand from the checkout, the seed page's credential command (an OUT_DIR like
+    `tenant-ci`) and a state directory beside it (`state`, `state-b`) stay out of git."""
+    paths = ["tenant-ci/tls.key", "tenant-ci/ca.crt", "state/admin.kubeconfig",
+             "state/clusters/ci/pki/ca.key", "state-b/credentials/tenant-ci/tls.key"]
+    ignored = subprocess.run(["git", "-C", str(REPO_ROOT), "check-ignore", "--no-index", *paths],
+                             capture_output=True, text=True, check=False).stdout.split()
+    assert ignored == paths

@@ -9,9 +9,11 @@ by its bidder: tests/node/test_operator_view.py.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from socialweb_computer.testing import browser as browser_mod
 from socialweb_computer.testing import fakenodes
 
 HUGE = '{"spec":{"containers":[{"name":"huge","image":"busybox","resources":{"requests":{"cpu":"999"}}}]}}'
+TOKEN = f"glrt-{uuid.uuid4().hex}"  # a Secret's content: never on the page
 CLUSTER = "apiVersion: socialweb.computer/v1alpha1\nkind: Cluster\nmetadata: {name: fresh}\n"
 
 
@@ -42,6 +45,8 @@ def test_dashboard_in_chromium(start_gateway, tmp_path: Path) -> None:
         gw.kubectl_with(tenant, "label", "node", "fake-node-0", "socialweb.computer/bidder=sandbox")
         gw.kubectl_with(tenant, "run", "small", "--image=busybox")
         gw.kubectl_with(tenant, "run", "huge", "--image=busybox", "--overrides", HUGE)
+        gw.kubectl_with(tenant, "create", "secret", "generic", "runner-token",
+                        f"--from-literal=token={TOKEN}")
         with browser_mod.headless_chromium(tmp_path) as browser:
             browser.get(f"{gw.api_url}/")
             wait_for("the pending pod", lambda: "default/huge" in table_text(browser, "pending"))
@@ -49,6 +54,8 @@ def test_dashboard_in_chromium(start_gateway, tmp_path: Path) -> None:
             shot = tmp_path / "dashboard.png"
             browser.save_screenshot(str(shot))
             print(f"dashboard screenshot: {shot}")
+            # Usable on a laptop screen (the window is 1366x900): nothing needs a sideways scroll.
+            assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
 
             clusters = table_text(browser, "clusters")
             for name in ("ci", "dev"):
@@ -68,6 +75,7 @@ def test_dashboard_in_chromium(start_gateway, tmp_path: Path) -> None:
             assert "kubeconfig" not in page.lower() and "PRIVATE KEY" not in page
             for secret in browser_mod.secret_lines(gw.state_dir):
                 assert secret not in page
+            assert TOKEN not in page and base64.b64encode(TOKEN.encode()).decode() not in page
 
             # A change appears without a reload: the marker set on this page load survives.
             browser.execute_script("window.__sameLoad = 'yes';")
