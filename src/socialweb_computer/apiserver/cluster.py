@@ -22,6 +22,7 @@ from socialweb_computer.apiserver import (
     registry,
     store,
     streaming,
+    webhooks,
 )
 from socialweb_computer.apiserver.streaming import logs as streaming_logs
 from socialweb_computer.apiserver.streaming import proxy as streaming_proxy
@@ -67,6 +68,8 @@ class LogicalCluster:
         self.certificates = certificates.CsrAdmission(self.store, self.auth)
         self.priority = admission.PriorityAdmission(self.store)
         self.default_classes = defaultclass.DefaultClassAdmission(self.store)
+        self.webhooks = webhooks.WebhookAdmission(self.store)
+        self.store.webhooks = self.webhooks
         self.namespaces = namespaces.NamespaceController(self.store)
         from socialweb_computer.controllers import manager as controllers
 
@@ -87,6 +90,7 @@ class LogicalCluster:
         await self.auth.start()
         await self.priority.start()
         await self.default_classes.start()
+        await self.webhooks.start()
         await self._ensure_namespaces()
         await self.namespaces.start()
         await self.token_secrets.start()
@@ -102,6 +106,7 @@ class LogicalCluster:
         await self.controllers.close()
         await self.namespaces.close()
         await self.crds.close()
+        await self.webhooks.close()
 
     async def _ensure_namespaces(self) -> None:
         ns_kind = self.registry.lookup("", "v1", "namespaces")

@@ -5,9 +5,9 @@ differs per kind comes from its `KindInfo` row and its `Strategy`. The write pat
 the hooks in a fixed order:
 
     decode (Go types: `typecheck`; unknown fields) → admission (before_write)
-           → defaults (strategy.default, strategy.prepare_*)
+           → defaults (strategy.default, strategy.prepare_*) → mutating webhooks (`webhooks`)
            → validate (metadata, strategy, required fields, field rules, CRD schema)
-           → Go's omitempty (gojson) → managedFields → stored-size check
+           → Go's omitempty (gojson) → validating webhooks → managedFields → stored-size check
            → compare-and-swap write (skipped under dryRun=All)
 
 Objects are stored as JSON without `metadata.resourceVersion`; the store fills it in
@@ -205,6 +205,8 @@ class Store:
         # Called with (kind, object) before a delete starts (also each object of a deletecollection);
         # raising StatusError refuses it (system PriorityClasses, for one).
         self.before_delete: list[Callable[[kinds.KindInfo, Object], None]] = []
+        # Calls admission webhooks (`webhooks.WebhookAdmission`); None: no webhooks are called.
+        self.webhooks: Any = None
         self._event_cache: watching.EventCache | None = None
         # The cluster's share of the gateway (object and pod counts); None: unlimited.
         self.budget: fairness.Budget | None = None
@@ -259,6 +261,38 @@ class Store:
         finally:
             ADMITTING_SUBRESOURCE.reset(sub_token)
             ADMITTING_DRY_RUN.reset(token)
+
+    def _webhook_request(self, kind: kinds.KindInfo, operation: str, new: Object | None, old: Object | None,
+                         options: WriteOptions | DeleteOptions) -> Any:
+        from socialweb_computer.apiserver import webhooks
+
+        meta = objects.meta(new if new is not None else old or {})
+        return webhooks.Request(kind, operation, meta.get("namespace", ""), meta.get("name", ""),
+                                getattr(options, "subresource", ""), new, old, options.dry_run,
+                                getattr(options, "field_manager", ""))
+
+    async def _mutating_webhooks(self, kind: kinds.KindInfo, operation: str, obj: Object, old: Object | None,
+                                 options: WriteOptions, strategy: strategy_base.Strategy) -> Object:
+        """The object as the mutating webhooks left it, defaulted again as upstream decodes a patched
+        object; what admission may not change (identity, system metadata) is kept."""
+        if self.webhooks is None or not self.webhooks.active:
+            return obj
+        patched = await self.webhooks.mutate(self._webhook_request(kind, operation, obj, old, options))
+        if patched is None:
+            return obj
+        meta, patched_meta = objects.meta(obj), objects.meta(patched)
+        for field in ("name", "namespace", "resourceVersion", "generation", *_SYSTEM_META):
+            if field in meta:
+                patched_meta[field] = meta[field]
+            else:
+                patched_meta.pop(field, None)
+        strategy.default(patched)
+        return patched
+
+    async def _validating_webhooks(self, kind: kinds.KindInfo, operation: str, new: Object | None,
+                                   old: Object | None, options: WriteOptions | DeleteOptions) -> None:
+        if self.webhooks is not None and self.webhooks.active:
+            await self.webhooks.validate(self._webhook_request(kind, operation, new, old, options))
 
     async def _get_kv(self, kind: kinds.KindInfo, namespace: str, name: str) -> storage.KeyValue:
         kv = await self.backend.get(self.key(kind, namespace, name))
@@ -380,8 +414,11 @@ class Store:
             meta.pop("generation", None)
         strategy.default(obj)
         strategy.prepare_for_create(obj)
+        obj = await self._mutating_webhooks(kind, "CREATE", obj, None, options, strategy)
+        meta = objects.meta(obj)
         self._validate(kind, strategy, obj, None)
         self._go_round_trip(kind, obj)
+        await self._validating_webhooks(kind, "CREATE", obj, None, options)
         if kind.namespaced and namespace:
             await self._require_namespace(kind, namespace, meta["name"])
         if options.field_manager:
@@ -632,8 +669,11 @@ class Store:
             strategy.prepare_for_status_update(new, old)
         else:
             strategy.prepare_for_subresource_update(options.subresource, new, old)
+        new = await self._mutating_webhooks(kind, "UPDATE", new, old, options, strategy)
+        meta = objects.meta(new)
         self._validate(kind, strategy, new, old, subresource=options.subresource)
         self._go_round_trip(kind, new)
+        await self._validating_webhooks(kind, "UPDATE", new, old, options)
         if self._tracks_generation(kind):
             generation = old_meta.get("generation", 1)
             if self._spec_changed(kind, new, old):
@@ -874,6 +914,7 @@ class Store:
             meta = obj["metadata"]
             for hook in self.before_delete:
                 hook(self.storage_kind(kind), obj)
+            await self._validating_webhooks(kind, "DELETE", None, obj, options)
             if options.precondition_uid and options.precondition_uid != meta.get("uid"):
                 raise errors.conflict(
                     kind.plural,

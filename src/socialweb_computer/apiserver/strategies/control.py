@@ -2,9 +2,9 @@
 (admissionregistration.k8s.io), API priority and fairness (flowcontrol.apiserver.k8s.io),
 APIServices (apiregistration.k8s.io) and RuntimeClasses (node.k8s.io).
 
-They are stored with upstream's defaults and validated; this server does not yet call
-webhooks, evaluate admission policies' CEL, apply priority and fairness or proxy to
-aggregated APIServices (docs/api-engine.md says so). The bootstrap APIServices and
+They are stored with upstream's defaults and validated; `apiserver.webhooks` calls the
+webhooks. This server does not yet evaluate admission policies' CEL, apply priority and
+fairness or proxy to aggregated APIServices (docs/api-engine.md says so). The bootstrap APIServices and
 priority-and-fairness objects, and their status, come from `controllers.apiregistration`
 and `controllers.flowcontrol`.
 """
