@@ -259,11 +259,33 @@ def _data_size(base64_data: bool) -> StructCheck:
 
 MAX_DATA_BYTES = 1024 * 1024
 
+
+def _network_policy_port(port: dict[str, Any], path: str) -> list[Cause]:
+    """ValidateNetworkPolicyPort: a port number (with an endPort not below it) or a port name."""
+    number, end = port.get("port"), port.get("endPort")
+    end_path = _child(path, "endPort")
+    found: list[Cause] = []
+    if isinstance(number, int) and not isinstance(number, bool):
+        found.extend(PORT(number, _child(path, "port")))
+        if isinstance(end, int):
+            if end < number:
+                found.append(_invalid(end_path, number, "must be greater than or equal to `port`"))
+            found.extend(PORT(end, end_path))
+    elif isinstance(number, str):
+        if end is not None:
+            found.append(_invalid(end_path, end, "may not be specified when `port` is non-numeric"))
+        found.extend(_invalid(_child(path, "port"), number, problem) for problem in port_name_errors(number))
+    elif end is not None:
+        found.append(_invalid(end_path, end, "may not be specified when `port` is not specified"))
+    return found
+
+
 STRUCT_RULES: dict[str, StructCheck] = {
     CORE + "ServiceSpec": _service_ports,
     CORE + "PodSpec": _pod_volumes,
     CORE + "ConfigMap": _data_size(base64_data=False),
     CORE + "Secret": _data_size(base64_data=True),
+    "io.k8s.api.networking.v1.NetworkPolicyPort": _network_policy_port,
 }
 
 
