@@ -9,6 +9,7 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 
 from socialweb_computer.apiserver import registry, store
@@ -227,3 +228,32 @@ async def test_replicaset_adopts_matching_orphans_and_releases_relabelled_pods(e
     released = await env.store.get(pods_kind, "t", "bare")
     assert not released["metadata"].get("ownerReferences")
     assert len(await env.list("", "pods")) == 3
+
+
+async def test_an_object_stored_wrongly_typed_is_skipped_reported_and_forgotten_once_deleted() -> None:
+    backend = await memory.MemoryBackend.open()
+    st = store.Store("c", backend, registry.Registry())
+    # As an older version without type checks stored it: `replicas` a string.
+    await backend.create("/c/apps/deployments/t/old", orjson.dumps({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "old", "namespace": "t", "uid": "u-old",
+                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"replicas": "x", "selector": {"matchLabels": {"a": "b"}}, "template": {
+            "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}))
+    changes: list[int] = []
+    mgr = manager.Manager(st, framework.FakeClock(), on_problems_changed=lambda: changes.append(1))
+    await mgr.start()
+    try:
+        await mgr.settle()
+        assert mgr.problems() == [
+            "controllers skip deployments t/old, stored wrongly typed (json: cannot unmarshal string into Go "
+            "struct field DeploymentSpec.spec.replicas of type int32); fix or delete it"]
+        assert changes and mgr.deployments.queue.idle  # skipped: no back-off timer retries it
+        kind = st.registry.lookup("apps", "v1", "deployments")
+        assert kind is not None
+        await st.delete(kind, "t", "old", store.DeleteOptions())
+        await mgr.settle()
+        assert mgr.problems() == [] and len(changes) == 2
+    finally:
+        await mgr.close()
+        await backend.close()

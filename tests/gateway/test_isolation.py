@@ -283,6 +283,12 @@ def test_rbac_brick(gateways: Gateways, gateway: gateway_mod.GatewayProcess, tmp
         admin_and_readyz_answer(restarted)
 
 
+def degraded_condition(gw: gateway_mod.GatewayProcess) -> dict | None:
+    cluster = json.loads(gw.kubectl("get", "cluster", ABUSER, "-o", "json").stdout)
+    return next((c for c in cluster["status"]["conditions"]
+                 if c["type"] == "Degraded" and c["status"] == "True"), None)
+
+
 def inject_raw(state_dir: Path, key: str, obj: dict) -> None:
     """Store `obj` under `key` directly, as an older version without validation might have."""
     import asyncio
@@ -436,6 +442,101 @@ def test_wrongly_typed_objects_are_never_stored(gateway: gateway_mod.GatewayProc
     tables = gateway.kubectl_with(gateway.tenant_kubeconfig(ABUSER), "get", "pods,deployments,cronjobs", "-n",
                                   "default")
     assert tables.returncode == 0
+
+
+def stored_badly(kind: str, name: str, body: dict) -> dict:
+    return {"kind": kind, "metadata": {"name": name, "namespace": "default", "uid": f"u-{name}",
+                                       "creationTimestamp": "2026-01-01T00:00:00Z"}, **body}
+
+
+# Wrongly typed objects as an older version (without type checks) stored them.
+STORED_BADLY = {
+    "core/pods/default/old-pod": stored_badly("Pod", "old-pod", {"apiVersion": "v1", "spec": {
+        "containers": [{"name": "c", "image": "x", "ports": [{"containerPort": "80"}]}],
+        "readinessGates": [1], "activeDeadlineSeconds": True}}),
+    "core/configmaps/default/old-cm": stored_badly("ConfigMap", "old-cm", {"apiVersion": "v1",
+                                                                           "data": {"a": 1}}),
+    "core/services/default/old-svc": stored_badly("Service", "old-svc", {"apiVersion": "v1", "spec": {
+        "ports": [{"port": 70000}], "selector": {"a": "b"}}}),
+    "apps/deployments/default/old-deploy": stored_badly("Deployment", "old-deploy", {
+        "apiVersion": "apps/v1", "spec": {
+            "replicas": "x", "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}},
+                         "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+    "batch/cronjobs/default/old-cron": stored_badly("CronJob", "old-cron", {
+        "apiVersion": "batch/v1", "spec": {"schedule": "garbage", "jobTemplate": {"spec": {"template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}}}),
+}
+
+
+def test_objects_stored_wrongly_typed_break_no_list_printer_or_controller(
+        gateways: Gateways, gateway: gateway_mod.GatewayProcess) -> None:
+    gateway.stop()
+    for key, obj in STORED_BADLY.items():
+        inject_raw(gateway.state_dir, f"/{ABUSER}/{key}", obj)
+    restarted = gateways.restart(gateway)
+    abuser = client(restarted, ABUSER)
+    with neighbour_watched(restarted, "wrongly typed objects stored by an older version"):
+        for key in STORED_BADLY:
+            group, plural, _, name = key.split("/")
+            base = "/api/v1" if group == "core" else f"/apis/{group}/v1"
+            code, listed, _ = abuser.request("GET", f"{base}/namespaces/default/{plural}")
+            assert code == 200, listed
+            assert name in [item["metadata"]["name"] for item in listed["items"]]
+            code, body, _ = abuser.request("GET", f"{base}/namespaces/default/{plural}/{name}")
+            assert code == 200, body
+        tables = restarted.kubectl_with(restarted.tenant_kubeconfig(ABUSER), "get",
+                                        "pods,configmaps,services,deployments,cronjobs", "-n", "default")
+        assert tables.returncode == 0, tables.stderr
+        assert "old-pod" in tables.stdout and "old-cron" in tables.stdout
+    # The controllers that met one skip it, say so once, and report it on the Cluster.
+    degraded = wait_for(lambda: degraded_condition(restarted), 30, "the Degraded condition")
+    assert ("controllers skip deployments default/old-deploy, stored wrongly typed (json: cannot unmarshal "
+            "string into Go struct field DeploymentSpec.spec.replicas of type int32); fix or delete it"
+            in degraded["message"]), degraded
+    assert "controllers skip pods default/old-pod, stored wrongly typed" in degraded["message"], degraded
+    # They can be deleted; the condition clears, and the cluster restarts clean.
+    for key in STORED_BADLY:
+        group, plural, _, name = key.split("/")
+        base = "/api/v1" if group == "core" else f"/apis/{group}/v1"
+        code, body, _ = abuser.request("DELETE", f"{base}/namespaces/default/{plural}/{name}")
+        assert code == 200, body
+    wait_for(lambda: not degraded_condition(restarted), 30, "the Degraded condition to clear")
+    assert "Traceback" not in restarted.logs(200_000)
+    restarted.stop()
+    gateways.restart(restarted)
+
+
+# --------------------------------------------------------------------------- the admin plane
+
+
+def test_cluster_names_and_a_clusters_own_limits(gateway: gateway_mod.GatewayProcess) -> None:
+    admin = probe.Client.from_kubeconfig(gateway.state_dir / "admin.kubeconfig")
+    clusters = "/apis/socialweb.computer/v1alpha1/clusters"
+    # The CRD's default rule allows 253 characters; such a Cluster could never come up.
+    for name in ("a" * 253, "Upper", "dot.ted"):
+        code, status, _ = admin.request("POST", clusters, {
+            "apiVersion": "socialweb.computer/v1alpha1", "kind": "Cluster", "metadata": {"name": name}})
+        assert (code, status["reason"]) == (422, "Invalid"), status
+        assert status["details"]["causes"][0]["field"] == "metadata.name", status
+
+    # A Cluster's spec.limits override the spec's limits for that cluster alone, at once.
+    code, body, _ = admin.request("PATCH", f"{clusters}/{ABUSER}", {"spec": {"limits": {"pods": 2}}},
+                                  "application/merge-patch+json")
+    assert code == 200, body
+    abuser, neighbour = client(gateway, ABUSER), client(gateway, NEIGHBOUR)
+
+    def pod(name: str) -> dict:
+        return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+
+    pods = "/api/v1/namespaces/default/pods"
+    assert wait_for(lambda: abuser.request("POST", pods, pod(f"p-{time.monotonic_ns()}"))[0] == 403, 15,
+                    "the Cluster's pod limit to apply")
+    code, status, _ = abuser.request("POST", pods, pod("one-more"))
+    assert (code, status["reason"]) == (403, "Forbidden"), status
+    assert "limited: pods=2" in status["message"], status
+    for i in range(3):
+        assert neighbour.request("POST", pods, pod(f"n-{i}"))[0] == 201  # the spec's 150 apply there
 
 
 # --------------------------------------------------------------------------- watches and in-flight requests

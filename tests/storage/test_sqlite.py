@@ -279,3 +279,21 @@ async def test_database_files_are_private(tmp_path) -> None:
                 assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
     finally:
         await backend.close()
+
+
+async def test_the_wal_is_cut_back_after_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of writes grows the WAL; once checkpointed it is cut back to WAL_LIMIT_BYTES, so
+    the space the burst took is given back (a full disk is recovered by freeing space)."""
+    monkeypatch.setattr(sqlite, "CHECKPOINT_INTERVAL", 0.01)
+    path = db_path(tmp_path)
+    wal = Path(f"{path}-wal")
+    async with await sqlite.SqliteBackend.open(path) as b:
+        for i in range(96):
+            await b.create(f"burst/{i}", os.urandom(256 * 1024))  # 24 MiB through the WAL
+        assert wal.stat().st_size > sqlite.WAL_LIMIT_BYTES
+        async with asyncio.timeout(20):
+            i = 0
+            while wal.stat().st_size > sqlite.WAL_LIMIT_BYTES:
+                await asyncio.sleep(0.05)
+                await b.create(f"after/{i}", b"x")  # a write after a full checkpoint restarts the WAL
+                i += 1

@@ -74,7 +74,8 @@ class LogicalCluster:
         from socialweb_computer.controllers import manager as controllers
 
         signer = pki.FileSigner(*client_ca) if client_ca is not None else None
-        self.controllers = controllers.Manager(self.store, signer=signer)
+        self.controllers = controllers.Manager(self.store, signer=signer,
+                                               on_problems_changed=on_problems_changed)
         self.subresource_handlers: dict[str, SubresourceHandler] = dict(subresources.HANDLERS)
         # How pods' streaming subresources reach node agents; set by the gateway (None: no nodes).
         self.node_dialer: streaming.NodeDialer | None = None

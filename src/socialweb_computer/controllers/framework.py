@@ -172,13 +172,69 @@ class WorkQueue:
         self._ready.set()
 
 
+class Unusable:
+    """Objects controllers skip because they are stored wrongly typed (written by an older
+    version, before built-in kinds were type-checked): a sync of one would fail again and
+    again, as a Go controller's informer could not even decode it. Each is skipped, logged
+    once, and reported (the tenant's Degraded condition) until it is deleted or a sync of its
+    key succeeds (it was fixed: a write must type-check). `on_write` is a store hook."""
+
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        self.on_change = on_change
+        # (worker, key) -> (problem, (group, plural) of the object)
+        self._skipped: dict[tuple[str, Hashable], tuple[str, tuple[str, str]]] = {}
+
+    def skip(self, worker: str, key: Hashable, problem: str, resource: tuple[str, str]) -> None:
+        if (worker, key) in self._skipped:
+            return
+        log.warning("%s: skipping %s until it is fixed or deleted", worker, problem)
+        self._skipped[(worker, key)] = (problem, resource)
+        self._changed()
+
+    def synced(self, worker: str, key: Hashable) -> None:
+        if self._skipped and self._skipped.pop((worker, key), None) is not None:
+            self._changed()
+
+    def on_write(self, kind: kinds.KindInfo, event: str, new: Object | None, old: Object | None) -> None:
+        if not self._skipped or event != "DELETED" or old is None:
+            return
+        gone = ((kind.group, kind.plural), key_of(old))
+        left = {at: what for at, what in self._skipped.items() if (what[1], at[1]) != gone}
+        if len(left) != len(self._skipped):
+            self._skipped = left
+            self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def problems(self) -> list[str]:
+        return sorted({problem for problem, _ in self._skipped.values()})
+
+
+def stored_wrongly(informer: Informer, key: Hashable) -> str | None:
+    """What Go's decoder says of the cached object `key` ((namespace, name)) names, if anything."""
+    if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(p, str) for p in key)):
+        return None
+    obj = informer.get(*key)
+    if obj is None:
+        return None
+    kind = informer.kind
+    problem = informer.store.type_error(kind, obj)
+    where = "/".join(p for p in key if p)
+    return None if problem is None else f"{kind.plural} {where}, stored wrongly typed ({problem})"
+
+
 async def run_worker(name: str, queue: WorkQueue, sync: Callable[[Any], Coroutine[Any, Any, None]],
-                     budget: fairness.Budget | None = None) -> None:
+                     budget: fairness.Budget | None = None, *, primary: Informer | None = None,
+                     unusable: Unusable | None = None) -> None:
     """Sync keys until cancelled; a failing key is retried with back-off.
 
     `budget` is the cluster's share of the gateway: every store write a sync makes waits for
     its controller write budget (fairness.WRITE_BUDGET), and each sync starts within, and is
     charged to, its share of the event loop, so one cluster's controllers keep their pace.
+    `primary` is the informer of the objects the keys name: a key whose sync fails unexpectedly
+    because its object is stored wrongly typed is skipped, not retried (`Unusable`).
     """
     while True:
         key = await queue.get()
@@ -186,20 +242,39 @@ async def run_worker(name: str, queue: WorkQueue, sync: Callable[[Any], Coroutin
         try:
             await (budget.charged(sync(key)) if budget is not None else sync(key))
             queue.forget(key)
+            if unusable is not None:
+                unusable.synced(name, key)
         except asyncio.CancelledError:
             raise
         except errors.StatusError as e:
+            if e.code == 400 and _skipped(name, key, primary, unusable):
+                queue.forget(key)
+                continue
             # Conflicts, vanished objects, terminating namespaces, a cluster at its limits and a
             # full disk are routine: retry quietly (with back-off).
             level = logging.DEBUG if e.code in (403, 404, 409, 422, 429, 507) else logging.WARNING
             log.log(level, "%s: sync of %s failed (retry %d): %s", name, key, queue.failures(key), e.message)
             queue.add_rate_limited(key)
         except Exception:
+            if _skipped(name, key, primary, unusable):
+                queue.forget(key)
+                continue
             log.exception("%s: sync of %s failed (retry %d)", name, key, queue.failures(key))
             queue.add_rate_limited(key)
         finally:
             fairness.WRITE_BUDGET.reset(token)
             queue.done(key)
+
+
+def _skipped(name: str, key: Hashable, primary: Informer | None, unusable: Unusable | None) -> bool:
+    """Whether a failed sync of `key` is one of an object stored wrongly typed (now skipped)."""
+    if primary is None or unusable is None:
+        return False
+    problem = stored_wrongly(primary, key)
+    if problem is None:
+        return False
+    unusable.skip(name, key, problem, (primary.group, primary.plural))
+    return True
 
 
 def clone(obj: Object) -> Object:
@@ -287,6 +362,10 @@ class Informers:
         if key not in self._informers:
             self._informers[key] = Informer(self.store, group, plural)
         return self._informers[key]
+
+    def existing(self, group: str, plural: str) -> Informer | None:
+        """The informer of (group, plural) if a controller made one (never a new one)."""
+        return self._informers.get((group, plural))
 
     async def start(self) -> None:
         for informer in list(self._informers.values()):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from socialweb_computer.apiserver import serviceips
@@ -37,12 +38,33 @@ from socialweb_computer.controllers import (
 
 log = logging.getLogger(__name__)
 
+# The (group, plural) a worker's (namespace, name) keys name; workers with other keys have none.
+PRIMARY = {
+    "replicaset-controller": ("apps", "replicasets"),
+    "replication-controller": ("", "replicationcontrollers"),
+    "cronjob-controller": ("batch", "cronjobs"),
+    "horizontal-pod-autoscaler": ("autoscaling", "horizontalpodautoscalers"),
+    "certificatesigningrequest-controller": ("certificates.k8s.io", "certificatesigningrequests"),
+    "deployment-controller": ("apps", "deployments"),
+    "job-controller": ("batch", "jobs"),
+    "disruption-controller": ("policy", "poddisruptionbudgets"),
+    "endpoints-controller": ("", "services"),
+    "endpointslice-controller": ("", "services"),
+    "statefulset-controller": ("apps", "statefulsets"),
+    "daemonset-controller": ("apps", "daemonsets"),
+    "default-scheduler": ("", "pods"),
+}
+
 
 class Manager:
     def __init__(self, store: store_mod.Store, clock: framework.Clock | None = None, *,
-                 signer: certificates.Signer | None = None) -> None:
+                 signer: certificates.Signer | None = None,
+                 on_problems_changed: Callable[[], None] | None = None) -> None:
         self.store = store
         self.clock = clock or framework.Clock()
+        # Objects stored wrongly typed that controllers skip (the tenant's Degraded condition).
+        self.unusable = framework.Unusable(on_problems_changed)
+        store.after_write.append(self.unusable.on_write)
         self.informers = framework.Informers(store)
         self.recorder = events.Recorder(store, self.clock)
         self.gc = gc.GarbageCollector(store, self.clock)
@@ -106,8 +128,14 @@ class Manager:
         await self.gc.start()
         loop = asyncio.get_running_loop()
         for name, queue, sync in self._workers():
-            self._tasks.append(loop.create_task(framework.run_worker(name, queue, sync, self.store.budget),
-                                                name=name))
+            primary = PRIMARY.get(name)
+            self._tasks.append(loop.create_task(framework.run_worker(
+                name, queue, sync, self.store.budget, unusable=self.unusable,
+                primary=self.informers.existing(*primary) if primary else None), name=name))
+
+    def problems(self) -> list[str]:
+        """Objects the controllers skip, stored wrongly typed by an older version."""
+        return [f"controllers skip {problem}; fix or delete it" for problem in self.unusable.problems()]
 
     async def close(self) -> None:
         for _name, queue, _sync in self._workers():

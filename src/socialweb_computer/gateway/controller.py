@@ -254,7 +254,7 @@ class ClusterController:
     async def _set_serving(self, cluster: Object, tenant: tenants.TenantPlane, **fields: Any) -> Object:
         url = tenant.record.url
         tenant.cluster.budget.set_limits(self.limits_of(cluster))
-        problems = tenant.cluster.auth.problems()
+        problems = tenant.cluster.auth.problems() + tenant.cluster.controllers.problems()
         degraded = resource.degraded_condition(cluster, "; ".join(problems)) if problems else None
         return await self._set_status(cluster, resource.READY, "True", "Serving",
                                       f"the control plane answers at {url}", url=url,
