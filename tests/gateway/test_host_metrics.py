@@ -67,6 +67,10 @@ def test_host_metrics(start_gateway, storage: str) -> None:
     assert not any(name.startswith("socialweb_node_boot_duration_seconds") for name, _ in samples)
     assert value(samples, "socialweb_capacity_controller_registered") == 0
     assert value(samples, "socialweb_gateway_info") == 1
+    # No guest image here, none built: the image families are present, at zero.
+    assert value(samples, "socialweb_guest_images") == 0
+    assert value(samples, "socialweb_image_builds_in_progress") == 0
+    assert label_values(samples, "socialweb_image_builds_total", "outcome") == {"built", "reused", "failed"}
     assert value(samples, "process_resident_memory_bytes") > 0
     # No label names a cluster, node or pod: the scrape's size does not grow with them.
     for (_, labels) in samples:

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from socialweb_computer.apiserver import metrics as apiserver_metrics
 from socialweb_computer.gateway import metrics, observer
+from socialweb_computer.guest import store as image_store
 from socialweb_computer.storage import base as storage
 from socialweb_computer.testing import capacity as fake_capacity
 
@@ -85,7 +86,9 @@ def test_host_metrics_are_documented() -> None:
         nodes=(fake_capacity.RentedNode("n", "ci", "sandbox", "Ready", 2, 2048, "img", "", ""),)))
     boots = {"sandbox": commits.snapshot()}
     families = list(metrics.collect(clusters=[{"name": "ci", "phase": "Ready"}], views={"ci": view},
-                                    store=stats, capacity=provider, boots=boots))
+                                    store=stats, capacity=provider, boots=boots,
+                                    images=image_store.Contents(images=2, building=1),
+                                    builds=image_store.BuildCounts(built=1)))
     families += [f for c in metrics.process_collectors() for f in c.collect()]
     code = {name: v for name, v in served(families).items() if not RUNTIME.match(name)}
     doc = {name: v for name, v in documented("Host metrics").items() if not RUNTIME.match(name)}

@@ -279,3 +279,37 @@ def test_a_microvm_node_on_a_tmpfs_state_directory_is_refused_before_anything_bo
         assert list(state.iterdir()) == [], "no image, no node directory, no process"
     finally:
         state.rmdir()
+
+
+def test_builds_are_counted_by_outcome_and_the_directory_is_listed(
+    agent: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the host's /metrics reads: this process's builds by outcome, and what the image
+    directory holds (stored images, builds in progress by any live process)."""
+    import threading
+
+    monkeypatch.setattr(store_mod, "BUILDS", store_mod.BuildCounts())
+    store = store_mod.Store(tmp_path / "state", cache_dir=tmp_path / "cache")
+    assert store.contents() == store_mod.Contents(images=0, building=0)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise build_mod.BuildError("no kernel package")
+
+    monkeypatch.setattr(build_mod, "build", broken)
+    with pytest.raises(build_mod.BuildError):
+        store.ensure(_config(agent, mem_mib=1024))
+    config = _config(agent)
+    fingerprint, _ = store.fingerprint(config)
+    with store._lock(fingerprint):  # another process builds it while this one waits
+        (store.root / f".build-{fingerprint}-{os.getpid()}").mkdir()
+        assert store.contents() == store_mod.Contents(images=0, building=1)
+        waiter = threading.Thread(target=store.ensure, args=(config,))
+        waiter.start()
+        _stored(store, fingerprint, config)
+        (store.root / f".build-{fingerprint}-{os.getpid()}").rmdir()
+    waiter.join(timeout=30.0)
+    store.ensure(config)  # present: not a build
+    counts = store_mod.BUILDS
+    assert (counts.built, counts.reused, counts.failed) == (0, 1, 1)
+    (store.root / ".build-sha256-dead-999999999").mkdir()  # a dead build's scratch is not a build
+    assert store.contents() == store_mod.Contents(images=1, building=0)

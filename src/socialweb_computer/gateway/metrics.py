@@ -15,15 +15,17 @@ docs/observability.md lists every name, type and label.
 from __future__ import annotations
 
 import datetime
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from socialweb_computer import __version__
 from socialweb_computer.gateway import capacityview, observer, resource
+from socialweb_computer.guest import store as image_store
 from socialweb_computer.storage import base as storage
 
 PHASES = resource.PHASES
@@ -44,6 +46,8 @@ def collect(
     store: storage.Statistics | None,
     capacity: capacityview.CapacityProvider | None,
     boots: Mapping[str, storage.Latency] | None = None,
+    images: image_store.Contents | None = None,
+    builds: image_store.BuildCounts | None = None,
     now: datetime.datetime | None = None,
 ) -> Iterator[Metric]:
     moment = now or datetime.datetime.now(datetime.UTC)
@@ -62,7 +66,8 @@ def collect(
     yield by_phase
 
     own = {info.name, by_phase.name}
-    for family in _gateway_families(views, store, capacity, boots, moment):
+    for family in itertools.chain(_gateway_families(views, store, capacity, boots, moment),
+                                  _image_families(images, builds)):
         own.add(family.name)
         yield family
     if capacity is not None:
@@ -146,6 +151,24 @@ def _store_families(stats: storage.Statistics) -> Iterator[Metric]:
     yield watches
     yield _histogram("socialweb_store_commit_duration_seconds", "How long each write took to commit.",
                      "backend", {stats.backend: stats.commits})
+
+
+def _image_families(images: image_store.Contents | None,
+                    builds: image_store.BuildCounts | None) -> Iterator[Metric]:
+    if builds is not None:
+        family = CounterMetricFamily(
+            "socialweb_image_builds",
+            "Guest image builds by this gateway's process, by outcome (reused: another process built it).",
+            labels=("outcome",))
+        for outcome in ("built", "reused", "failed"):
+            family.add_metric((outcome,), getattr(builds, outcome))
+        yield family
+    if images is not None:
+        yield GaugeMetricFamily("socialweb_guest_images", "Guest images stored in the state directory.",
+                                value=images.images)
+        yield GaugeMetricFamily("socialweb_image_builds_in_progress",
+                                "Guest image builds running now, by any process on this state directory.",
+                                value=images.building)
 
 
 def _capacity_families(capacity: capacityview.CapacityProvider | None) -> Iterator[Metric]:

@@ -47,6 +47,7 @@ from socialweb_computer.gateway import (
 )
 from socialweb_computer.gateway import metrics as gateway_metrics
 from socialweb_computer.gateway import spec as spec_mod
+from socialweb_computer.guest import store as image_store
 from socialweb_computer.storage import base as storage
 from socialweb_computer.storage import sqlite
 
@@ -92,6 +93,7 @@ class Gateway:
         self.changes = observer.Changes()
         self.events = observer.EventLog(self.changes)
         self.boots = observer.NodeBoots(Path(self.state.root))
+        self._images = image_store.Store(Path(self.state.root))  # read for /metrics: a listing
         self._capacity: capacityview.CapacityProvider | None = None
         self._process_collectors = gateway_metrics.process_collectors()
 
@@ -345,6 +347,8 @@ class Gateway:
             store=self._store_statistics(),
             capacity=self._capacity,
             boots=self.boots.snapshot(),
+            images=self._images.contents(),
+            builds=image_store.BUILDS,
         ))
         return apiserver_metrics.exposition_text(families)
 

@@ -41,6 +41,28 @@ _SCRATCH = ".build-"
 BUILD_MARGIN_MIB = 1024
 
 
+@dataclasses.dataclass
+class BuildCounts:
+    """Image builds this process ran (`built`, `failed`) or waited for another process's
+    (`reused`); an image already there is not a build. One per process, `BUILDS`: the
+    host's /metrics reads it (a qemu bidder builds inside the gateway)."""
+
+    built: int = 0
+    reused: int = 0
+    failed: int = 0
+
+
+BUILDS = BuildCounts()
+
+
+@dataclasses.dataclass(frozen=True)
+class Contents:
+    """What the image directory holds now, whichever process wrote it: a listing, no reads."""
+
+    images: int
+    building: int  # builds in progress (a scratch directory whose process runs)
+
+
 @dataclasses.dataclass(frozen=True)
 class Image:
     directory: Path
@@ -155,6 +177,16 @@ class Store:
         names = sorted(e.name for e in self.root.iterdir() if e.name.startswith("sha256-"))
         return [image for image in map(self.get, names) if image is not None]
 
+    def contents(self) -> Contents:
+        try:
+            names = [entry.name for entry in os.scandir(self.root)]
+        except OSError:
+            return Contents(0, 0)
+        return Contents(
+            images=sum(1 for name in names if name.startswith("sha256-")),
+            building=sum(1 for name in names if name.startswith(_SCRATCH) and _building(name)),
+        )
+
     def fingerprint(self, config: config_mod.ImageConfig) -> tuple[str, dict[str, Any]]:
         document = config_mod.inputs(config, build_mod.recipe())
         return config_mod.fingerprint(document), document
@@ -184,9 +216,17 @@ class Store:
             if not force:
                 image = self.get(fingerprint)
                 if image is not None:
+                    if waited:
+                        BUILDS.reused += 1
                     return image, "reused" if waited else "present"
             self._remove_scratch(fingerprint)
-            return self._build(config, fingerprint, inputs, progress, refresh), "built"
+            try:
+                image = self._build(config, fingerprint, inputs, progress, refresh)
+            except Exception:
+                BUILDS.failed += 1
+                raise
+            BUILDS.built += 1
+            return image, "built"
 
     @contextlib.contextmanager
     def _lock(self, fingerprint: str) -> Iterator[bool]:
