@@ -257,3 +257,33 @@ async def test_an_object_stored_wrongly_typed_is_skipped_reported_and_forgotten_
     finally:
         await mgr.close()
         await backend.close()
+
+
+async def test_a_replicaset_sync_creates_at_most_a_burst_of_pods(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upstream's burstReplicas: one sync creates (or deletes) at most BURST pods, in slow-start
+    batches, so a ReplicaSet of 2,147,483,647 replicas is worked through sync by sync."""
+    from socialweb_computer.controllers import events, replicaset
+
+    monkeypatch.setattr(replicaset, "BURST", 5)
+    backend = await memory.MemoryBackend.open()
+    st = store.Store("c", backend, registry.Registry())
+    try:
+        ns_kind = st.registry.lookup("", "v1", "namespaces")
+        rs_kind = st.registry.lookup("apps", "v1", "replicasets")
+        assert ns_kind is not None and rs_kind is not None
+        await st.create(ns_kind, "", {"metadata": {"name": "t"}}, W)
+        clock = framework.FakeClock()
+        informers = framework.Informers(st)
+        controller = replicaset.ReplicaSetController(st, informers, clock, events.Recorder(st, clock))
+        await informers.start()
+        body = copy.deepcopy(deployment(2147483647, "v1", 1, 1))
+        del body["spec"]["strategy"]
+        await st.create(rs_kind, "t", body, W)
+        pods = st.registry.lookup("", "v1", "pods")
+        assert pods is not None
+        for synced in (1, 2):
+            await controller.sync(("t", "web"))
+            listed = await st.list(pods, "t", store.ListOptions())
+            assert len(listed["items"]) == 5 * synced
+    finally:
+        await backend.close()
