@@ -334,6 +334,7 @@ async def handle_resource(request: web.Request, rr: req.ResourceRequest) -> web.
         raise errors.resource_not_found_message()
     if rr.namespace and not kind.namespaced:
         raise errors.resource_not_found_message()
+    await cluster.store.first_access(kind)
     if kind.kind == "Binding" and kind.group == "":
         return await subresources.handle_binding_kind(request, cluster, rr)
     if kind.kind == "ComponentStatus" and kind.group == "":

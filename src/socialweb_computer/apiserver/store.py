@@ -22,7 +22,7 @@ import contextvars
 import copy
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -207,6 +207,12 @@ class Store:
         self.before_delete: list[Callable[[kinds.KindInfo, Object], None]] = []
         # Calls admission webhooks (`webhooks.WebhookAdmission`); None: no webhooks are called.
         self.webhooks: Any = None
+        # (group, plural) → what must happen before a client's first request to that resource:
+        # objects the server keeps for itself but creates only once someone looks (the bootstrap
+        # APIServices and priority-and-fairness objects), so an idle tenant never pays for them.
+        # The handlers call `first_access`; the server's own reads (informers) do not.
+        self.on_first_access: dict[tuple[str, str], Callable[[], Awaitable[None]]] = {}
+        self._first_access_runs: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._event_cache: watching.EventCache | None = None
         # The cluster's share of the gateway (object and pod counts); None: unlimited.
         self.budget: fairness.Budget | None = None
@@ -261,6 +267,30 @@ class Store:
         finally:
             ADMITTING_SUBRESOURCE.reset(sub_token)
             ADMITTING_DRY_RUN.reset(token)
+
+    async def first_access(self, kind: kinds.KindInfo) -> None:
+        """Runs the resource's first-access hook once (concurrent first requests wait for the same
+        run); a failed run is logged and tried again at the next request."""
+        key = (kind.group, kind.plural)
+        hook = self.on_first_access.get(key)
+        if hook is None:
+            return
+        run = self._first_access_runs.get(key)
+        if run is None:
+            run = asyncio.ensure_future(hook())
+            for other, other_hook in self.on_first_access.items():
+                if other_hook is hook:
+                    self._first_access_runs[other] = run
+        try:
+            await asyncio.shield(run)
+        except Exception:
+            log.exception("creating the %s the server keeps for itself failed", kind.plural)
+            for other in [k for k, r in self._first_access_runs.items() if r is run]:
+                self._first_access_runs.pop(other, None)
+            return
+        for other in [k for k, r in self._first_access_runs.items() if r is run]:
+            self._first_access_runs.pop(other, None)
+            self.on_first_access.pop(other, None)
 
     def _webhook_request(self, kind: kinds.KindInfo, operation: str, new: Object | None, old: Object | None,
                          options: WriteOptions | DeleteOptions) -> Any:

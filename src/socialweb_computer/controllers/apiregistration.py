@@ -2,7 +2,9 @@
 group-version (kube-aggregator's autoregister and crdregistration controllers) and the
 `Available` condition of every APIService (its availability controller).
 
-- Built-in group-versions get `<version>.<group>` (`v1.` for the core group) at start with
+- They are made when a client first asks for APIServices (`Store.on_first_access`), not at
+  start, so an idle tenant never writes them; their age says so.
+- Built-in group-versions get `<version>.<group>` (`v1.` for the core group) with
   the label `kube-aggregator.kubernetes.io/automanaged: onstart` and upstream's priorities
   (`PRIORITIES`); a group-version with no priority there gets none, as upstream skips it.
   The aggregator's own `apiregistration.k8s.io` gets none either: upstream registers the
@@ -93,16 +95,29 @@ class APIServiceController:
         self.crds = informers.get("apiextensions.k8s.io", "customresourcedefinitions")
         self.services = informers.get("", "services")
         self.apiservices.handlers.append(self._on_apiservice)
-        self.crds.handlers.append(lambda *_: self.queue.add(_SYNC_ALL))
+        self.crds.handlers.append(self._resync)
         self.services.handlers.append(self._on_service)
         self._registered_on_start = False
-        self.queue.add(_SYNC_ALL)
+        # Made when a client first asks for APIServices (Store.on_first_access): an idle tenant
+        # never writes them.
+        self.materialized = False
+        store.on_first_access[(GROUP, PLURAL)] = self._materialize
+
+    async def _materialize(self) -> None:
+        await self._register()
+        for apiservice in self.apiservices.list():
+            await self._sync_status(apiservice)
+        self.materialized = True
+
+    def _resync(self, *_: object) -> None:
+        if self.materialized:
+            self.queue.add(_SYNC_ALL)
 
     def _on_apiservice(self, event: str, new: Object | None, old: Object | None) -> None:
         if new is not None:
             self.queue.add(framework.key_of(new))
         elif old is not None and ((old.get("metadata") or {}).get("labels") or {}).get(AUTOMANAGED) == "true":
-            self.queue.add(_SYNC_ALL)  # a CRD's APIService deleted by hand comes back
+            self._resync()  # a CRD's APIService deleted by hand comes back
 
     def _on_service(self, event: str, new: Object | None, old: Object | None) -> None:
         obj = new or old

@@ -3,7 +3,8 @@ suggested PriorityLevelConfigurations and FlowSchemas (its config producer) and 
 FlowSchema's `Dangling` condition (its config controller).
 
 The objects are upstream's bootstrap configuration (k8s.io/apiserver
-pkg/apis/flowcontrol/bootstrap), written here as data. At start a missing one is created and
+pkg/apis/flowcontrol/bootstrap), written here as data. When a client first asks for either
+kind (`Store.on_first_access`; an idle tenant never writes them) a missing one is created and
 one whose `apf.kubernetes.io/autoupdate-spec` annotation is `true` gets upstream's spec back;
 a mandatory one (`exempt`, `catch-all`) that is deleted is created again at once. Every
 FlowSchema is `Dangling=False` (Found) while the PriorityLevelConfiguration it names exists,
@@ -127,19 +128,32 @@ class FlowControlController:
         self.schemas = informers.get(GROUP, "flowschemas")
         self.levels.handlers.append(self._on_level)
         self.schemas.handlers.append(self._on_schema)
-        self.queue.add(_BOOTSTRAP)
+        # Made when a client first asks for either kind (Store.on_first_access): an idle tenant
+        # never writes them.
+        self.materialized = False
+        hook = self._materialize
+        store.on_first_access[(GROUP, "prioritylevelconfigurations")] = hook
+        store.on_first_access[(GROUP, "flowschemas")] = hook
+
+    async def _materialize(self) -> None:
+        await self._ensure(self.levels, PRIORITY_LEVELS)
+        await self._ensure(self.schemas, FLOW_SCHEMAS)
+        for schema in self.schemas.list():
+            await self._sync_dangling(schema)
+        self.materialized = True
 
     def _on_level(self, event: str, new: Object | None, old: Object | None) -> None:
         if event in ("ADDED", "DELETED"):
             for schema in self.schemas.list():
                 self.queue.add(framework.key_of(schema))
-        if event == "DELETED" and old is not None and old["metadata"]["name"] in MANDATORY:
+        mandatory = old is not None and old["metadata"]["name"] in MANDATORY
+        if event == "DELETED" and mandatory and self.materialized:
             self.queue.add(_BOOTSTRAP)
 
     def _on_schema(self, event: str, new: Object | None, old: Object | None) -> None:
         if new is not None:
             self.queue.add(framework.key_of(new))
-        elif old is not None and old["metadata"]["name"] in MANDATORY:
+        elif old is not None and old["metadata"]["name"] in MANDATORY and self.materialized:
             self.queue.add(_BOOTSTRAP)
 
     async def sync(self, key: tuple[str, str]) -> None:
