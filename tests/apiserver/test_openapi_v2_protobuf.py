@@ -63,6 +63,13 @@ def test_protoc_reads_the_document_with_gnostics_proto(gnostic_proto: Path) -> N
     assert 'security_definitions {\n  additional_properties {\n    name: "BearerToken"' in text
 
 
+async def test_encodings_are_shared_by_document() -> None:
+    doc = openapi.v2_document(kinds.BUILTIN_KINDS)
+    first = await openapi_v2.encode_cached(doc)
+    assert openapi_v2.encoded(doc) is first and await openapi_v2.encode_cached(doc) is first
+    assert openapi_v2.encoded(dict(doc)) is None  # an equal but other document is not a hit
+
+
 def test_encoding_of_small_values(gnostic_proto: Path) -> None:
     doc = {
         "swagger": "2.0",

@@ -136,8 +136,9 @@ async def handle_openapi(request: web.Request, segments: list[str]) -> web.Strea
     if segments == ["openapi", "v2"]:
         accept = request.headers.get("Accept", "")
         if openapi_v2.accepts(accept):
+            doc = cluster.openapi_cache("v2", lambda: openapi.v2_document(rows))
             try:
-                body = cluster.openapi_cache("v2.pb", lambda: openapi_v2.encode(openapi.v2_document(rows)))
+                body = await openapi_v2.encode_cached(doc)
             except TableMissingError as exc:
                 raise errors.internal(str(exc)) from None
             return _cacheable_bytes(request, body, openapi_v2.CONTENT_TYPE)
