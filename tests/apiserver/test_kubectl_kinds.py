@@ -304,3 +304,37 @@ def _wait(condition: object, what: str, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def test_stored_kinds_are_validated_with_upstreams_words(shared_apiserver: testing.ApiServerProcess,
+                                                         namespace: str) -> None:
+    """Kinds this server stores without running them still refuse what upstream refuses."""
+    name = f"v-{uuid.uuid4().hex[:6]}"
+    cases = [
+        ({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name, "namespace": namespace},
+          "template": {"spec": {"containers": []}}},
+         f'The PodTemplate "{name}" is invalid: template.spec.containers: Required value'),
+        ({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+          "metadata": {"name": name},
+          "webhooks": [{"name": "bad", "clientConfig": {"url": "https://127.0.0.1:1/"}, "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"]}]},
+         'webhooks[0].name: Invalid value: "bad": should be a domain with at least three segments '
+         "separated by dots"),
+        ({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": name},
+          "spec": {"priorityLevelConfiguration": {"name": "global-default"}, "matchingPrecedence": 20000}},
+         "spec.matchingPrecedence: Invalid value: 20000: must not be greater than 10000"),
+        ({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema", "metadata": {"name": name},
+          "spec": {"priorityLevelConfiguration": {"name": "global-default"}, "matchingPrecedence": 1}},
+         "spec.matchingPrecedence: Invalid value: 1: only the schema named 'exempt' may have "
+         "matchingPrecedence 1"),
+        ({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+          "metadata": {"name": name}, "spec": {}},
+         "spec.validations: Required value: validations or auditAnnotations must contain at least one item"),
+        ({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": name},
+          "spec": {}},
+         f'The IngressClass "{name}" is invalid: spec.controller: Required value'),
+    ]
+    for manifest, message in cases:
+        refused = shared_apiserver.kubectl("create", "-f", "-", input=json.dumps(manifest), check=False)
+        assert refused.returncode == 1, manifest
+        assert message in refused.stderr, refused.stderr

@@ -21,6 +21,7 @@ MATCH_POLICIES = ["Equivalent", "Exact"]
 SIDE_EFFECTS = ["None", "NoneOnDryRun"]
 REVIEW_VERSIONS = ("v1", "v1beta1")
 VALIDATION_ACTIONS = ["Audit", "Deny", "Warn"]
+MAX_MATCHING_PRECEDENCE = 10000
 
 
 def _default_match(match: object) -> None:
@@ -242,8 +243,16 @@ class FlowSchemaStrategy(base.Strategy):
                 )
             )
         precedence = spec.get("matchingPrecedence")
-        if isinstance(precedence, int) and not 0 < precedence <= 10000:
-            causes.append(base.invalid("spec.matchingPrecedence", precedence, "must be between 1 and 10000"))
+        if isinstance(precedence, int):
+            path = "spec.matchingPrecedence"
+            if precedence <= 0:
+                causes.append(base.invalid(path, precedence, "must be a positive value"))
+            if precedence > MAX_MATCHING_PRECEDENCE:
+                causes.append(base.invalid(path, precedence,
+                                           f"must not be greater than {MAX_MATCHING_PRECEDENCE}"))
+            if precedence == 1 and objects.meta(obj).get("name") != "exempt":
+                causes.append(base.invalid(path, precedence,
+                                           "only the schema named 'exempt' may have matchingPrecedence 1"))
         distinguisher = (spec.get("distinguisherMethod") or {}).get("type")
         if distinguisher is not None and distinguisher not in ("ByNamespace", "ByUser"):
             causes.append(
