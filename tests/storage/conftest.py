@@ -24,11 +24,13 @@ def unique_prefix() -> str:
     return f"/swc-test-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["sqlite", "memory", "etcd"])
+@pytest.fixture(params=["sqlite", "sqlite-shared", "memory", "etcd"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[base.Backend]:
     store: base.Backend
     if request.param == "sqlite":
         store = await sqlite.SqliteBackend.open(str(tmp_path / "store.db"))
+    elif request.param == "sqlite-shared":  # the gateway's owner of a file its workers write too
+        store = await sqlite.SqliteBackend.open(str(tmp_path / "store.db"), shared=True)
     elif request.param == "memory":
         store = await memory.MemoryBackend.open()
     else:

@@ -99,6 +99,9 @@ _LIST_SQL = """SELECT id, name, create_revision, value FROM log AS l
 _COUNT_SQL = """SELECT COUNT(*) FROM log AS l
     WHERE {range} AND id <= ? AND deleted = 0
       AND id = (SELECT MAX(id) FROM log WHERE name = l.name AND id <= ?)"""
+# A shared file's newest revision (sqlite_sequence keeps it past compaction) and compacted revision.
+_REFRESH_SQL = ("SELECT (SELECT seq FROM sqlite_sequence WHERE name = 'log'),"
+                " (SELECT value FROM meta WHERE key = 'compacted')")
 # Update rows need the previous value for Event.prev; creates have none, tombstones carry it.
 _REPLAY_SQL = """SELECT l.id, l.name, l.created, l.deleted, l.create_revision, l.prev_revision,
         l.value, p.value
@@ -154,6 +157,15 @@ class SqliteBackend:
     compaction; the constructor alone opens the database without it. `path` may be
     ":memory:". Compaction keeps at least `history_limit` revisions and at least one
     `compact_interval` of history; `compact_interval=0` disables background compaction.
+
+    `shared=True` lets other processes write the same file: the gateway's worker processes
+    (gateway/workers.py), each writing only its own tenants' keys. Then every write takes a
+    second lock file (`<db>-write`) around a transaction that reads the next revision from
+    the file, and reads at the head look up the file's newest revision and compacted
+    revision first. Watchers still hear only this process's writes, which is enough while
+    no two processes write under the same watched prefix. `owner=False` (a worker) opens the
+    file beside its owner: no owner lock, no compaction, checkpoints or disk reserve, which
+    the owner runs for every process.
     """
 
     def __init__(
@@ -163,18 +175,27 @@ class SqliteBackend:
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         compact_interval: float = DEFAULT_COMPACT_INTERVAL,
         watch_queue_limit: int = DEFAULT_WATCH_QUEUE_LIMIT,
+        shared: bool = False,
+        owner: bool = True,
     ) -> None:
+        if not owner and (not shared or path in ("", ":memory:")):
+            raise ValueError("a backend that does not own its file shares a file with its owner")
         self.path = path
         self.history_limit = history_limit
-        self.compact_interval = compact_interval
+        self.compact_interval = compact_interval if owner else 0
         self.watch_queue_limit = watch_queue_limit
-        self._lock_fd = _lock_file(path)
+        self.owner = owner
+        self._lock_fd = _lock_file(path) if owner else None
+        self._write_fd: int | None = None
         try:
+            if shared and path not in ("", ":memory:"):
+                self._write_fd = os.open(path + "-write", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             self._db = _connect(path)
             self._rev = _load_revision(self._db)
             self._compacted = _meta(self._db, "compacted")
             self._swept = _meta(self._db, "swept")
         except BaseException:
+            _unlock_file(self._write_fd)
             _unlock_file(self._lock_fd)
             raise
         self._by_prefix: dict[str, set[_Watch]] = {}  # live watches whose prefix ends in '/' (or "")
@@ -188,7 +209,7 @@ class SqliteBackend:
         self._closed = False
         # Disk full: writes are refused without touching the file until there is room again.
         self._full = False
-        self._reserve = _Reserve(path + "-reserve") if path not in ("", ":memory:") else None
+        self._reserve = _Reserve(path + "-reserve") if owner and path not in ("", ":memory:") else None
         if self._reserve is not None:
             self._reserve.take()
 
@@ -200,12 +221,16 @@ class SqliteBackend:
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         compact_interval: float = DEFAULT_COMPACT_INTERVAL,
         watch_queue_limit: int = DEFAULT_WATCH_QUEUE_LIMIT,
+        shared: bool = False,
+        owner: bool = True,
     ) -> SqliteBackend:
         backend = cls(
             path,
             history_limit=history_limit,
             compact_interval=compact_interval,
             watch_queue_limit=watch_queue_limit,
+            shared=shared,
+            owner=owner,
         )
         backend._start_background()
         return backend
@@ -213,7 +238,7 @@ class SqliteBackend:
     def _start_background(self) -> None:
         if self.compact_interval > 0:
             self._compactor = asyncio.create_task(self._compact_periodically(), name="storage-compactor")
-        if self.path not in ("", ":memory:"):
+        if self.owner and self.path not in ("", ":memory:"):
             self._checkpointer = _Checkpointer(self.path, self._after_checkpoint, lambda: self._full)
 
     async def __aenter__(self) -> SqliteBackend:
@@ -240,6 +265,7 @@ class SqliteBackend:
         self, prefix: str, *, start_after: str = "", limit: int = 0, revision: int = 0
     ) -> base.ListResult:
         self._ensure_open()
+        self._refresh()
         rev = self._readable(revision) if revision else self._rev
         limit = max(limit, 0)
         cond, params = prefix_range(prefix, start_after=start_after)
@@ -256,6 +282,7 @@ class SqliteBackend:
         kept in memory once asked for: every later create and delete under it adjusts it,
         and a count at the head is a dict lookup. Other counts scan the index."""
         self._ensure_open()
+        self._refresh()
         rev = self._readable(revision) if revision else self._rev
         counted = rev == self._rev and not start_after and (not prefix or prefix.endswith("/"))
         if counted and prefix in self._counts:
@@ -284,13 +311,31 @@ class SqliteBackend:
                 counts[prefix] += change
             slash = key.find("/", slash + 1)
 
+    def forget_counts(self, prefix: str) -> None:
+        """Drop the head counts kept for `prefix` and below: another process of a shared file
+        wrote there (a tenant that moved between workers, or was deleted by the owner)."""
+        for counted in [p for p in self._counts if p.startswith(prefix)]:
+            del self._counts[counted]
+
     async def current_revision(self) -> int:
+        self._refresh()
         return self._rev
 
     async def compacted_revision(self) -> int:
+        self._refresh()
         return self._compacted
 
+    def _refresh(self) -> None:
+        """A shared file: the newest and the compacted revision of every process's writes."""
+        if self._write_fd is None:
+            return
+        with _storage_errors():
+            rev, compacted = self._db.execute(_REFRESH_SQL).fetchone()
+        self._rev = max(self._rev, int(rev or 0))
+        self._compacted = max(self._compacted, int(compacted or 0))
+
     def statistics(self) -> base.Statistics:
+        self._refresh()
         return base.Statistics(
             backend="sqlite",
             revision=self._rev,
@@ -314,6 +359,7 @@ class SqliteBackend:
         """`revision` if history there is still kept (reads at the compacted revision itself work)."""
         if revision < 0:
             raise ValueError(f"negative revision {revision}")
+        self._refresh()
         if revision < self._compacted:
             raise base.CompactedError(revision, self._compacted)
         if revision > self._rev:
@@ -324,12 +370,13 @@ class SqliteBackend:
 
     async def create(self, key: str, value: bytes) -> base.Written:
         self._ensure_open()
-        head = self._db.execute(_HEAD_SQL, (key,)).fetchone()
-        if head is not None and not head[1]:
-            raise base.KeyExistsError(key)
-        rev = self._rev + 1
         value = bytes(value)
-        self._append((rev, key, 1, 0, rev, head[0] if head else 0, value))
+        with self._writing():
+            head = self._db.execute(_HEAD_SQL, (key,)).fetchone()
+            if head is not None and not head[1]:
+                raise base.KeyExistsError(key)
+            rev = self._rev + 1
+            self._append((rev, key, 1, 0, rev, head[0] if head else 0, value))
         kv = base.KeyValue(key, value, rev, rev)
         self._recount(key, 1)
         self._publish(base.Event(base.EventType.PUT, kv, None))
@@ -338,19 +385,21 @@ class SqliteBackend:
     async def update(self, key: str, value: bytes, *, expected_revision: int) -> base.Written:
         """Replace `key`; `expected_revision=0` replaces whatever revision is there."""
         self._ensure_open()
-        prev = self._current_for_write(key, expected_revision)
-        rev = self._rev + 1
         value = bytes(value)
-        self._append((rev, key, 0, 0, prev.create_revision, prev.mod_revision, value))
+        with self._writing():
+            prev = self._current_for_write(key, expected_revision)
+            rev = self._rev + 1
+            self._append((rev, key, 0, 0, prev.create_revision, prev.mod_revision, value))
         kv = base.KeyValue(key, value, prev.create_revision, rev)
         self._publish(base.Event(base.EventType.PUT, kv, prev))
         return base.Written(kv)
 
     async def delete(self, key: str, *, expected_revision: int = 0) -> base.Deleted:
         self._ensure_open()
-        prev = self._current_for_write(key, expected_revision)
-        rev = self._rev + 1
-        self._append((rev, key, 0, 1, prev.create_revision, prev.mod_revision, prev.value), deleting=True)
+        with self._writing():
+            prev = self._current_for_write(key, expected_revision)
+            rev = self._rev + 1
+            self._append((rev, key, 0, 1, prev.create_revision, prev.mod_revision, prev.value), deleting=True)
         kv = base.KeyValue(key, prev.value, prev.create_revision, rev)
         self._recount(key, -1)
         self._publish(base.Event(base.EventType.DELETE, kv, prev))
@@ -364,10 +413,40 @@ class SqliteBackend:
             raise base.RevisionMismatchError(key, expected_revision, head[0])
         return base.KeyValue(key, head[3], head[2], head[0])
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Around a write's head read and append. Alone on the file, nothing: this process is
+        the only writer (lock file), nothing else runs between them on the loop, and the
+        insert autocommits. On a shared file, the write lock and one transaction, inside which
+        `_rev` is the file's newest revision. (The lock file, not SQLite's busy handler, makes
+        a writer wait for another process: its sleeps are a millisecond at least, and a
+        kernel lock wakes the waiter the moment the holder lets go.)"""
+        if self._write_fd is None:
+            yield
+            return
+        fcntl.flock(self._write_fd, fcntl.LOCK_EX)
+        try:
+            with _storage_errors():
+                self._db.execute("BEGIN IMMEDIATE")
+            try:
+                with _storage_errors():
+                    self._rev = max(self._rev, _load_revision(self._db))
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            try:
+                with _storage_errors():
+                    self._db.execute("COMMIT")
+            except base.StorageFullError:
+                self._db.execute("ROLLBACK")
+                self._became_full()
+                raise
+        finally:
+            fcntl.flock(self._write_fd, fcntl.LOCK_UN)
+
     def _append(self, row: tuple[int, str, int, int, int, int, bytes], *, deleting: bool = False) -> None:
-        # No explicit transaction around the head read and this insert: this process is
-        # the only writer (lock file) and nothing else runs between them on the loop.
-        # The insert autocommits; the revision counter moves only once it has.
+        # Inside `_writing`; the revision counter moves only once the row is in.
         if self._full and not deleting and not self._room_again():
             raise base.StorageFullError(FULL_PROBLEM)
         started = time.perf_counter()
@@ -429,7 +508,7 @@ class SqliteBackend:
 
     async def watch(self, prefix: str, *, after_revision: int) -> base.Watch:
         self._ensure_open()
-        self._readable(after_revision)
+        self._readable(after_revision)  # (refreshes the head of a shared file)
         watch = _Watch(self, prefix, after_revision)
         self._watches.add(watch)
         if after_revision == self._rev:
@@ -439,6 +518,7 @@ class SqliteBackend:
     def _catch_up(self, watch: _Watch) -> None:
         """Queue the next chunk of `watch`'s replay; once the log is exhausted, go live in the
         same step, so a write can land neither between the two (gap) nor in both (duplicate)."""
+        self._refresh()
         if watch.read_upto < self._compacted:
             watch.fail(base.CompactedError(watch.read_upto, self._compacted))
             return
@@ -478,11 +558,12 @@ class SqliteBackend:
         """Forget history below `revision`: reads at `revision` and later keep working,
         earlier ones raise CompactedError. Returns once the rows are deleted."""
         self._ensure_open()
+        self._refresh()
         if revision > self._rev:
             raise base.FutureRevisionError(revision, self._rev)
         if revision > self._compacted:
             # Recorded before any row goes, so no reader can see a half-swept history.
-            with _storage_errors():
+            with _storage_errors(), self._writing():
                 _set_meta(self._db, "compacted", revision)
             self._compacted = revision
         await self._sweep()
@@ -493,20 +574,25 @@ class SqliteBackend:
         async with self._sweep_lock:
             while self._swept < self._compacted and not self._closed:
                 lo, hi = self._swept, min(self._compacted, self._swept + COMPACT_BATCH)
-                with _storage_errors(), _transaction(self._db):
+                with _storage_errors(), self._sweeping():
                     for sql in _SWEEP_SQL:
                         self._db.execute(sql, (lo, hi))
                     _set_meta(self._db, "swept", hi)
                 self._swept = hi
                 await asyncio.sleep(0)
 
+    def _sweeping(self) -> contextlib.AbstractContextManager[None]:
+        return self._writing() if self._write_fd is not None else _transaction(self._db)
+
     async def _compact_periodically(self) -> None:
         # Like kube-apiserver: each tick compacts to the revision seen one tick earlier, so
         # at least one interval of history stays readable (continue tokens, watch resumes),
         # and never closer than `history_limit` revisions to the head.
+        self._refresh()
         seen = self._rev
         while True:
             await asyncio.sleep(self.compact_interval)
+            self._refresh()
             target = min(seen, self._rev - self.history_limit)
             seen = self._rev
             try:
@@ -531,6 +617,7 @@ class SqliteBackend:
         for watch in list(self._watches):
             watch.close()
         self._db.close()  # the last connection out checkpoints the WAL
+        _unlock_file(self._write_fd)
         _unlock_file(self._lock_fd)
 
     def _ensure_open(self) -> None:
