@@ -28,20 +28,32 @@ def etcd_storage(cluster: testing.EtcdCluster, prefix: str | None = None) -> dic
 
 
 @pytest.fixture
-def start_gateway(tmp_path: Path, storage: str, request: pytest.FixtureRequest) -> Iterator[object]:
+def gateway_workers(request: pytest.FixtureRequest) -> int:
+    """The spec's `workers` for gateways `start_gateway` starts (parametrize it indirectly for more)."""
+    return int(getattr(request, "param", 1))
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path, storage: str, gateway_workers: int,
+                  request: pytest.FixtureRequest) -> Iterator[object]:
     """Call with a spec dict; every gateway started is stopped after the test."""
     started: list[gateway_mod.GatewayProcess] = []
     store: dict[str, Any] | None = None
     if storage == "etcd":
         store = etcd_storage(request.getfixturevalue("etcd_server"))
 
-    def start(spec: dict | None = None, state: str = "state") -> gateway_mod.GatewayProcess:
+    def start(spec: dict | None = None, state: str = "state",
+              timeout: float = 30.0) -> gateway_mod.GatewayProcess:
         # (None means "the spec file this state directory was started with", if there is one.)
-        if store is not None and spec is None and not (tmp_path / f"{state}.spec.yaml").exists():
+        if spec is None and not (tmp_path / f"{state}.spec.yaml").exists():
             spec = {}
+        if spec is not None and "workers" not in spec:
+            spec = {**spec, "workers": gateway_workers}
         if store is not None and spec is not None and "storage" not in spec:
             spec = {**spec, "storage": store}
-        gateway = gateway_mod.GatewayProcess.start(tmp_path / state, spec)
+        if spec is not None and spec.get("workers", 1) != 1:
+            timeout = max(timeout, 120.0)  # each worker loads an interpreter and the package first
+        gateway = gateway_mod.GatewayProcess.start(tmp_path / state, spec, timeout=timeout)
         started.append(gateway)
         return gateway
 

@@ -87,6 +87,9 @@ def runner_kubeconfig(gateway, out_dir: Path, server: str, path: Path) -> Path:
     return path
 
 
+# With 2 workers the tenant is served by a worker process (gateway/workers.py): nothing of the
+# seed's commands may tell.
+@pytest.mark.parametrize("gateway_workers", [1, 2], indirect=True, ids=["workers=1", "workers=2"])
 def test_seed_steps_2_4_5(start_gateway, tmp_path: Path) -> None:
     gateway = start_gateway({"clusters": [{"name": "ci"}]})
     document = json.loads((gateway.state_dir / "gateway.json").read_text())

@@ -45,6 +45,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         epilog=_VARIABLES,
     )
     t.set_defaults(run=run_tenantcredential)
+    w = inner.add_parser(
+        "gateway-worker",
+        help="serve tenant clusters for a gateway with `workers` above 1 (the gateway starts these)",
+        description="One of the gateway's worker processes (docs/gateway.md, Workers): it serves the "
+        "tenants the gateway hands it over the control socket it inherits, and exits when the "
+        "gateway does. Not for running by hand.",
+    )
+    w.add_argument("--fd", type=int, required=True, help="the inherited control socket")
+    w.add_argument("--parent", type=int, required=True, help="the gateway's process id")
+    w.set_defaults(run=run_gateway_worker)
+
+
+def run_gateway_worker(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from socialweb_computer.gateway import workers
+
+    asyncio.run(workers.serve(args.fd, args.parent))
+    return 0
 
 
 def run_tenantcredential(args: argparse.Namespace) -> int:

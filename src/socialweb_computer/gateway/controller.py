@@ -29,7 +29,7 @@ from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.bidders import base as bidders_base
 from socialweb_computer.clusterprovider import layout
 from socialweb_computer.controllers import framework
-from socialweb_computer.gateway import observer, resource, statemirror, tenants
+from socialweb_computer.gateway import observer, resource, statemirror, tenants, workers
 from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.storage import base as storage
 
@@ -69,6 +69,7 @@ class ClusterController:
         events: observer.EventLog | None = None,
         mirror: statemirror.StateMirror | None = None,
         boots: observer.NodeBoots | None = None,
+        pool: workers.WorkerPool | None = None,
     ) -> None:
         self.admin = admin
         self.kind = kind
@@ -76,7 +77,9 @@ class ClusterController:
         self.backend = backend
         self.mirror = mirror  # with etcd: the store keeps a copy of each cluster's files
         self.spec = spec
-        self.tenants: dict[str, tenants.TenantPlane] = {}
+        # In this process, or served by a worker process when the gateway has several (workers.py).
+        self.pool = pool
+        self.tenants: dict[str, tenants.TenantPlane | workers.RemoteTenant] = {}
         self.changes = changes or observer.Changes()
         self.events = events or observer.EventLog(self.changes)
         self.boots = boots or observer.NodeBoots(Path(state.root))
@@ -93,6 +96,10 @@ class ClusterController:
         self._worker: asyncio.Task[None] | None = None
         self._loader: asyncio.Task[None] | None = None
         admin.store.after_write.append(self._on_write)
+        self._lost: set[str] = set()  # their worker process died; not serving again yet
+        if pool is not None:
+            pool.on_lost = self._tenants_lost
+            pool.on_restarted = self._worker_restarted
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -132,19 +139,28 @@ class ClusterController:
             tenant = self._tenant_plane(record, cluster)
             try:
                 await tenant.listen()
-            except OSError:
-                continue  # the sync retries and reports why (PortInUse, ListenFailed)
+            except (OSError, workers.WorkerLost):
+                continue  # the sync retries and reports why (PortInUse, ListenFailed, WorkerRestarting)
             self.tenants[name] = tenant
             self._reopened.add(name)
             await asyncio.sleep(0)
 
     async def _load_reopened(self) -> None:
         """Start the control planes of reopened tenants once every cluster has been synced once
-        (their Ready statuses go first), one at a time; requests may have loaded some already."""
+        (their Ready statuses go first), one at a time in each process that serves tenants;
+        requests may have loaded some already."""
         await self._synced.wait()
         started = self._now()
+        lanes: dict[int, list[str]] = {}
+        for name, tenant in self.tenants.items():
+            lanes.setdefault(getattr(tenant, "lane", 0), []).append(name)
+        loaded = sum(await asyncio.gather(*(self._load_lane(names) for names in lanes.values())))
+        if loaded:
+            log.info("%d control planes loaded in %.1fs after the restart", loaded, self._now() - started)
+
+    async def _load_lane(self, names: list[str]) -> int:
         loaded = 0
-        for name in list(self.tenants):
+        for name in names:
             tenant = self.tenants.get(name)
             if tenant is None or tenant.loaded:
                 continue
@@ -162,8 +178,25 @@ class ClusterController:
             loaded += 1
             gc.freeze()  # as after a first start, see _start_tenant
             await asyncio.sleep(0)
-        if loaded:
-            log.info("%d control planes loaded in %.1fs after the restart", loaded, self._now() - started)
+        return loaded
+
+    def _tenants_lost(self, names: list[str]) -> None:
+        """A worker process died with these tenants: bring each up again (in the restarted worker)."""
+        for name in names:
+            tenant = self.tenants.get(name)
+            if isinstance(tenant, workers.RemoteTenant):
+                del self.tenants[name]
+                self._reopened.discard(name)
+                self._lost.add(name)
+                self.queue.add(name)
+
+    def _worker_restarted(self, index: int) -> None:
+        """Its tenants waiting out a back-off are brought up at once."""
+        assert self.pool is not None
+        for name in sorted(self._lost):
+            if self.pool.lane(name).index == index:
+                self._backoff.pop(name, None)
+                self.queue.add(name)
 
     async def close(self) -> None:
         self.queue.shutdown()
@@ -191,7 +224,7 @@ class ClusterController:
         come up is not one: it says why on its status, and the others are not affected."""
         out = []
         for name, tenant in sorted(self.tenants.items()):
-            out += [f"cluster {name}: {problem}" for problem in tenant.cluster.auth.problems()]
+            out += [f"cluster {name}: {problem}" for problem in tenant.problems()]
         return out
 
     def limits_of(self, cluster: Object) -> fairness.Limits:
@@ -251,10 +284,11 @@ class ClusterController:
             return
         await self._set_serving(cluster, tenant)
 
-    async def _set_serving(self, cluster: Object, tenant: tenants.TenantPlane, **fields: Any) -> Object:
+    async def _set_serving(self, cluster: Object, tenant: tenants.TenantPlane | workers.RemoteTenant,
+                           **fields: Any) -> Object:
         url = tenant.record.url
-        tenant.cluster.budget.set_limits(self.limits_of(cluster))
-        problems = tenant.cluster.auth.problems() + tenant.cluster.controllers.problems()
+        await tenant.set_limits(self.limits_of(cluster))
+        problems = tenant.problems()
         degraded = resource.degraded_condition(cluster, "; ".join(problems)) if problems else None
         return await self._set_status(cluster, resource.READY, "True", "Serving",
                                       f"the control plane answers at {url}", url=url,
@@ -270,7 +304,13 @@ class ClusterController:
         backoff = self._backoff.get(name)
         if backoff is not None and backoff.generation == generation and self._now() < backoff.not_before:
             return
-        if backoff is None and cluster.get("status", {}).get("phase") != resource.READY:
+        if name in self._lost and backoff is None:
+            cluster = await self._set_status(
+                cluster, resource.INITIALIZING, "False", "Starting",
+                "the gateway worker process that served it exited; the control plane is being brought up "
+                "again",
+            )
+        elif backoff is None and cluster.get("status", {}).get("phase") != resource.READY:
             # (A cluster still Ready from before a restart stays so until it is Ready again.)
             cluster = await self._set_status(
                 cluster, resource.INITIALIZING, "False", "Starting", "the control plane is being brought up"
@@ -292,6 +332,7 @@ class ClusterController:
             self.queue.add_after(name, delay)
             return
         self._backoff.pop(name, None)
+        self._lost.discard(name)
         self.tenants[name] = tenant
         # A tenant's objects live as long as it does: keep them out of the cyclic collector's full
         # passes, whose pauses grow with every cluster (bench/README.md, gateway_bench).
@@ -304,7 +345,7 @@ class ClusterController:
     def _now() -> float:
         return asyncio.get_running_loop().time()
 
-    async def _bring_up(self, cluster: Object) -> tenants.TenantPlane:
+    async def _bring_up(self, cluster: Object) -> tenants.TenantPlane | workers.RemoteTenant:
         name, uid = cluster["metadata"]["name"], cluster["metadata"]["uid"]
         record = self.state.read_cluster(name)
         if record is None or record.uid != uid:
@@ -340,6 +381,13 @@ class ClusterController:
                 ) from None
         try:
             await tenant.start()
+        except workers.WorkerLost as e:
+            await tenant.stop()
+            raise ClusterUnavailable(
+                "WorkerRestarting",
+                f"{e}: the gateway worker process that serves this cluster is being started again; the "
+                "cluster comes back once it runs",
+            ) from None
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
                 raise ClusterUnavailable(
@@ -353,7 +401,12 @@ class ClusterController:
             ) from None
         return tenant
 
-    def _tenant_plane(self, record: layout.ClusterRecord, cluster: Object) -> tenants.TenantPlane:
+    def _tenant_plane(self, record: layout.ClusterRecord,
+                      cluster: Object) -> tenants.TenantPlane | workers.RemoteTenant:
+        if self.pool is not None:
+            view = workers.RemoteView(record.name, self.changes, self.events, self.boots)
+            return workers.RemoteTenant(record, self.pool.lane(record.name), view, self.limits_of(cluster),
+                                        self.queue.add)
         return tenants.TenantPlane(
             record, self.state.cluster_pki(record.name), self.backend, self.spec.address, self.queue.add,
             bidders_base.NodeDirectory(Path(self.state.root), record.name),
@@ -377,6 +430,7 @@ class ClusterController:
         name = cluster["metadata"]["name"]
         self._backoff.pop(name, None)
         self._reopened.discard(name)
+        self._lost.discard(name)
         tenant = self.tenants.pop(name, None)
         if tenant is not None:
             await tenant.stop()
@@ -409,6 +463,7 @@ class ClusterController:
     async def _teardown(self, name: str) -> None:
         self._backoff.pop(name, None)
         self._reopened.discard(name)
+        self._lost.discard(name)
         tenant = self.tenants.pop(name, None)
         if tenant is not None:
             await tenant.stop()

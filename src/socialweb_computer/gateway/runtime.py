@@ -20,7 +20,7 @@ import errno
 import logging
 import os
 import resource as rlimit
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from socialweb_computer.gateway import (
     overview,
     resource,
     statemirror,
+    workers,
 )
 from socialweb_computer.gateway import metrics as gateway_metrics
 from socialweb_computer.gateway import spec as spec_mod
@@ -96,12 +97,17 @@ class Gateway:
         self._images = image_store.Store(Path(self.state.root))  # read for /metrics: a listing
         self._capacity: capacityview.CapacityProvider | None = None
         self._process_collectors = gateway_metrics.process_collectors()
+        self.worker_count = workers.resolve_count(spec.workers)
+        self.pool: workers.WorkerPool | None = None
 
     async def start(self) -> None:
         os.makedirs(self.state.root, mode=0o700, exist_ok=True)
         _raise_open_file_limit()
         self.state.sweep_leftovers()
         await self._reap_nodes()
+        if self.worker_count > 1:
+            self.pool = workers.WorkerPool(self.state, self.spec, self.worker_count)
+            await self._workers("start", self.pool.launch)
         self._backend = await self._open_store()
         mirror = None
         if self.spec.etcd is not None:
@@ -119,6 +125,8 @@ class Gateway:
         self._kind = await resource.ensure_definition(self._admin.store)
         self._admin.store.after_write.append(self._on_admin_write)
         admin_port = await self._serve_admin_plane()
+        if self.pool is not None:
+            await self._workers("start", self.pool.start)
         self._controller = controller.ClusterController(
             self._admin,
             self._kind,
@@ -130,6 +138,7 @@ class Gateway:
             events=self.events,
             mirror=mirror,
             boots=self.boots,
+            pool=self.pool,
         )
         await self._controller.start()
         await self._ensure_spec_clusters()
@@ -142,6 +151,13 @@ class Gateway:
         self.started_at = resource.now()
         pki.write_public(self.state.gateway_json, orjson.dumps(self.summary(), option=orjson.OPT_INDENT_2))
         log.info("gateway started: admin plane %s, HTTP API %s", self.admin_url, self.api_url)
+
+    async def _workers(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await step()
+        except (OSError, TimeoutError, workers.WorkerLost, workers.WorkerError) as e:
+            raise StartError(f"cannot {what} the gateway's {self.worker_count} worker processes "
+                             f"(workers in the gateway spec): {e or type(e).__name__}") from None
 
     async def _reap_nodes(self) -> None:
         """Stops microVM nodes an earlier gateway rented and could not release (it was killed)."""
@@ -159,6 +175,8 @@ class Gateway:
         self._runners.clear()
         if self._controller is not None:
             await self._controller.close()
+        if self.pool is not None:
+            await self.pool.close()
         if self._admin is not None:
             await self._admin.close()
         if self._backend is not None:
@@ -170,6 +188,7 @@ class Gateway:
                 self.state.database,
                 history_limit=self.spec.history_limit,
                 compact_interval=self.spec.compact_interval,
+                shared=self.worker_count > 1,  # the workers write it too (workers.py)
             )
         from socialweb_computer.storage import etcd
 

@@ -37,6 +37,10 @@ DEFAULT_ETCD_PREFIX = "/socialweb-computer"
 DEFAULT_ETCD_REQUEST_TIMEOUT = 5.0
 DEFAULT_OWNER_LEASE_SECONDS = 15
 
+# Processes serving tenants: `auto` (0) is one per core; 1 keeps them in the gateway's process.
+DEFAULT_WORKERS = 1
+MAX_WORKERS = 64
+
 # A Cluster's name becomes a directory name, a key prefix and a kubeconfig context: a DNS label.
 CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 CLUSTER_NAME_RULE = ("use lowercase letters, digits and '-', starting and ending with a letter or digit, "
@@ -139,6 +143,9 @@ class GatewaySpec:
     guest_image: guest_config.ImageConfig = dataclasses.field(default_factory=guest_config.ImageConfig)
     connections: listener.ConnectionLimits = dataclasses.field(default_factory=listener.ConnectionLimits)
     limits: fairness.Limits = DEFAULT_LIMITS
+    # Processes serving tenants (gateway/workers.py): 1 serves them in the gateway's own process,
+    # 0 is `auto`.
+    workers: int = DEFAULT_WORKERS
 
 
 _NODE_FIELDS = {
@@ -149,6 +156,7 @@ _NODE_FIELDS = {
 }
 _TOP_FIELDS = (
     "listen", "storage", "nodeDefaults", "clusters", "logging", "registries", "guestImage", "limits",
+    "workers",
 )
 _GUEST_IMAGE_FIELDS = ("suite", "kernel", "packages", "agent", "files")
 _LOGGING_FIELDS = ("level", "format")
@@ -219,8 +227,18 @@ def parse(document: Any, *, source: str = "spec", base_dir: str = ".") -> Gatewa
         guest_image=_guest_image(root.get("guestImage", {}), f"{source}: guestImage", base_dir),
         connections=_connections(listen, f"{source}: listen"),
         limits=limits(root.get("limits", {}), f"{source}: limits", DEFAULT_LIMITS),
+        workers=_workers(root.get("workers", DEFAULT_WORKERS), f"{source}: workers"),
     )
     return spec
+
+
+def _workers(value: Any, where: str) -> int:
+    if value == "auto" or value == 0:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
+        raise SpecError(f"{where}: expected auto (one per core) or a number of processes from 1 to "
+                        f"{MAX_WORKERS}, got {value!r}")
+    return value
 
 
 def _choice(value: Any, where: str, allowed: tuple[str, ...]) -> str:

@@ -74,6 +74,14 @@ class TenantPlane:
         await self.listen()
         await self.load()
 
+    def problems(self) -> list[str]:
+        """What it stores that cannot be used, or its controllers skip (the Cluster's Degraded
+        condition, readiness)."""
+        return self.cluster.auth.problems() + self.cluster.controllers.problems()
+
+    async def set_limits(self, limits: fairness.Limits) -> None:
+        self.cluster.budget.set_limits(limits)
+
     async def listen(self) -> None:
         """Bind the tenant's port; what it serves waits for `load()`. Cheap: a TLS context and a
         listener, so a gateway restart opens every tenant's port first."""
