@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from socialweb_computer.gateway import workers
+from socialweb_computer.testing import gateway as gateway_mod
 from socialweb_computer.testing import server as server_mod
 
 pytestmark = pytest.mark.both_storages
@@ -180,3 +181,9 @@ def test_workers_in_the_spec_are_checked(tmp_path: Path) -> None:
             spec_mod.parse({"workers": bad})
     assert workers.resolve_count(0) == max(1, os.cpu_count() or 1)
     assert workers.resolve_count(3) == 3
+    # The flag says what was wrong, exits 1 and starts nothing.
+    for bad, said in (("many", "expected auto or a number, got 'many'"), ("65", "from 1 to 64, got 65")):
+        result = subprocess.run([*gateway_mod.DEFAULT_COMMAND, "gateway", "--state-dir", str(tmp_path / "s"),
+                                 "--workers", bad], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 1 and said in result.stderr and "Traceback" not in result.stderr
+        assert not (tmp_path / "s").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import os
 import signal
@@ -22,6 +23,7 @@ STATE_DIR_ENV = "SOCIALWEB_GATEWAY_STATE_DIR"
 SPEC_ENV = "SOCIALWEB_GATEWAY_SPEC"
 LOG_LEVEL_ENV = "SOCIALWEB_LOG_LEVEL"
 LOG_FORMAT_ENV = "SOCIALWEB_LOG_FORMAT"
+WORKERS_ENV = "SOCIALWEB_GATEWAY_WORKERS"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -59,6 +61,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help=f"text (one line per event) or json (one object per line, for journald/Loki) (or "
         f"${LOG_FORMAT_ENV}, or the spec's logging.format; default text)",
     )
+    p.add_argument(
+        "--workers",
+        default=os.environ.get(WORKERS_ENV) or None,
+        metavar="N|auto",
+        help=f"processes serving the tenant clusters (or ${WORKERS_ENV}, or the spec's workers; default "
+        f"{spec_mod.DEFAULT_WORKERS}): 1 serves them in the gateway's own process, auto one per core",
+    )
     p.set_defaults(run=run)
 
 
@@ -74,6 +83,14 @@ def run(args: argparse.Namespace) -> int:
         spec = spec_mod.load(args.spec)
     except spec_mod.SpecError as e:
         raise CommandError(str(e)) from None
+    if args.workers is not None:
+        try:
+            wanted: object = args.workers if args.workers == "auto" else int(args.workers)
+            spec = dataclasses.replace(spec, workers=spec_mod.parse_workers(wanted, "--workers"))
+        except (ValueError, spec_mod.SpecError) as e:
+            raise CommandError(f"{e}" if isinstance(e, spec_mod.SpecError) else
+                               f"--workers (or ${WORKERS_ENV}): expected auto or a number, got "
+                               f"{args.workers!r}") from None
     level = args.log_level or spec.log_level or "INFO"
     fmt = args.log_format or spec.log_format or "text"
     if level not in logs.LEVELS or fmt not in logs.FORMATS:  # from the environment: argparse did not check

@@ -227,12 +227,12 @@ def parse(document: Any, *, source: str = "spec", base_dir: str = ".") -> Gatewa
         guest_image=_guest_image(root.get("guestImage", {}), f"{source}: guestImage", base_dir),
         connections=_connections(listen, f"{source}: listen"),
         limits=limits(root.get("limits", {}), f"{source}: limits", DEFAULT_LIMITS),
-        workers=_workers(root.get("workers", DEFAULT_WORKERS), f"{source}: workers"),
+        workers=parse_workers(root.get("workers", DEFAULT_WORKERS), f"{source}: workers"),
     )
     return spec
 
 
-def _workers(value: Any, where: str) -> int:
+def parse_workers(value: Any, where: str) -> int:
     if value == "auto" or value == 0:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
