@@ -224,7 +224,7 @@ class ClusterController:
         come up is not one: it says why on its status, and the others are not affected."""
         out = []
         for name, tenant in sorted(self.tenants.items()):
-            out += [f"cluster {name}: {problem}" for problem in tenant.problems()]
+            out += [f"cluster {name}: {problem}" for problem in tenant.auth_problems()]
         return out
 
     def limits_of(self, cluster: Object) -> fairness.Limits:

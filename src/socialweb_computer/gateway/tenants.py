@@ -79,6 +79,10 @@ class TenantPlane:
         condition, readiness)."""
         return self.cluster.auth.problems() + self.cluster.controllers.problems()
 
+    def auth_problems(self) -> list[str]:
+        """RBAC objects the authorizer cannot read: these make the gateway unready."""
+        return self.cluster.auth.problems()
+
     async def set_limits(self, limits: fairness.Limits) -> None:
         self.cluster.budget.set_limits(limits)
 

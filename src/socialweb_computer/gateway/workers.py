@@ -259,7 +259,7 @@ class Worker:
                 elif message["op"] == "tenant":
                     tenant = self.tenants.get(message["name"])
                     if tenant is not None:
-                        tenant.changed(message["nodes"], message["problems"])
+                        tenant.changed(message["nodes"], message["problems"], message["auth"])
                 elif message["op"] == "views":
                     self._apply_views(message)
         finally:
@@ -275,10 +275,10 @@ class Worker:
             tenant = self.tenants.get(name)
             if tenant is not None:
                 tenant.view.replace(attached, nodes, pods)
-        for row in message["events"]:
+        for row, key in message["events"]:
             tenant = self.tenants.get(row.cluster)
             if tenant is not None:
-                tenant.view.add_event(row)
+                tenant.view.add_event(row, key)
 
     def _send(self, message: dict[str, Any]) -> None:
         assert self._writer is not None
@@ -346,8 +346,8 @@ class RemoteView(observer.TenantView):
         self.attached = attached
         self._changes.bump()
 
-    def add_event(self, row: observer.EventRow) -> None:
-        self._events.add(row)
+    def add_event(self, row: observer.EventRow, key: tuple[str, ...]) -> None:
+        self._events.add(row, key)
 
 
 class RemoteTenant:
@@ -360,6 +360,7 @@ class RemoteTenant:
         self.view = view
         self.node_count = 0
         self._problems: list[str] = []
+        self._auth_problems: list[str] = []
         self._limits = limits
         self._loaded = False
         self._on_changed = on_changed
@@ -374,6 +375,9 @@ class RemoteTenant:
 
     def problems(self) -> list[str]:
         return list(self._problems)
+
+    def auth_problems(self) -> list[str]:
+        return list(self._auth_problems)
 
     async def start(self) -> None:
         await self.listen()
@@ -392,7 +396,7 @@ class RemoteTenant:
     async def load(self) -> None:
         reply = await self.worker.call("load", name=self.record.name)
         self._loaded = True
-        self.changed(reply["nodes"], reply["problems"], quiet=True)
+        self.changed(reply["nodes"], reply["problems"], reply["auth"], quiet=True)
 
     async def stop(self) -> None:
         was_mine = self._forget()
@@ -407,9 +411,9 @@ class RemoteTenant:
         with contextlib.suppress(WorkerLost, WorkerError):
             await self.worker.call("limits", name=self.record.name, limits=limits)
 
-    def changed(self, nodes: int, problems: list[str], *, quiet: bool = False) -> None:
+    def changed(self, nodes: int, problems: list[str], auth: list[str], *, quiet: bool = False) -> None:
         moved = nodes != self.node_count or problems != self._problems
-        self.node_count, self._problems = nodes, list(problems)
+        self.node_count, self._problems, self._auth_problems = nodes, list(problems), list(auth)
         if moved and not quiet:
             self._on_changed(self.record.name)
 
@@ -457,8 +461,8 @@ class _Relayed(observer.EventLog):
         super().__init__(changes, size=1)
         self._relay = relay
 
-    def add(self, row: observer.EventRow) -> None:
-        self._relay.events.append(row)
+    def add(self, row: observer.EventRow, key: tuple[str, ...] = ()) -> None:
+        self._relay.events.append((row, key))
         self._changes.bump()
 
 
@@ -469,7 +473,7 @@ class _ViewRelay:
         self._send = send
         self.views: dict[str, observer.TenantView] = {}
         self._dirty: set[str] = set()
-        self.events: list[observer.EventRow] = []
+        self.events: list[tuple[observer.EventRow, tuple[str, ...]]] = []
         self._flushing: asyncio.TimerHandle | None = None
 
     def view_for(self, name: str) -> observer.TenantView:
@@ -548,7 +552,7 @@ class WorkerHost:
         tenant = self.tenants[name]
         await tenant.load()
         gc.freeze()  # as the gateway does after a start (controller.py)
-        return {"nodes": tenant.node_count, "problems": tenant.problems()}
+        return {"nodes": tenant.node_count, "problems": tenant.problems(), "auth": tenant.auth_problems()}
 
     async def _op_stop(self, name: str) -> dict[str, Any]:
         tenant = self.tenants.pop(name, None)
@@ -567,7 +571,7 @@ class WorkerHost:
         tenant = self.tenants.get(name)
         if tenant is not None:
             self.send({"op": "tenant", "name": name, "nodes": tenant.node_count,
-                       "problems": tenant.problems()})
+                       "problems": tenant.problems(), "auth": tenant.auth_problems()})
 
     async def close(self) -> None:
         await tenants.stop_all(list(self.tenants.values()))
