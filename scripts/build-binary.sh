@@ -82,6 +82,16 @@ PY
     "$VENV_PYTHON" -m pip install --quiet --disable-pip-version-check "${BUILD_PINS[@]}"
 }
 
+# Builds may start at once (the test suite runs on several workers, docs/testing.md): under this
+# lock on the .venv one of them installs the pins while the others wait, then find them installed.
+with_venv_lock() {
+    local fd
+    exec {fd}>"$REPO_ROOT/.venv/.build-binary.lock"
+    flock "$fd"
+    "$@"
+    exec {fd}>&-
+}
+
 ensure_protobuf_table() {
     # Idempotent and offline once built (scripts/bootstrap.sh already ran it).
     "$VENV_PYTHON" -m socialweb_computer.apiserver.protobuf.build >/dev/null
@@ -219,7 +229,7 @@ smoke_test() {
 main() {
     parse_args "$@"
     require_build_host
-    ensure_pyinstaller
+    with_venv_lock ensure_pyinstaller
     ensure_protobuf_table
     local started=$SECONDS out_dir="$WORK_DIR/out"
     rm -rf "$WORK_DIR"

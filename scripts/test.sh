@@ -14,6 +14,16 @@
 #     filter matched nothing, which is not an error: we say so and count it as success;
 #   - with no filter it means the suite found no tests at all, which must never pass CI.
 #
+# Parallel: the suite runs on $SOCIALWEB_TEST_WORKERS pytest-xdist workers (default 4: one for each
+# host chain below, two for everything else; docs/testing.md has the figures).  Tests that touch host-global state (sandbox nodes, containerd,
+# QEMU, netns, nft, cgroups, accounts: the `host` marker, given by a rule in tests/conftest.py)
+# run as two chains, microVM tests and the rest, each on one worker, one test after another;
+# every other test module runs whole on whichever worker is free (tests/conftest.py's scheduler,
+# whatever --dist says).  Any -n/--numprocesses or `-p no:xdist` in the arguments wins, so one
+# file still runs serially:
+#
+#   scripts/test.sh tests/node/test_pods_kubectl.py -n 0
+#
 # The last line is a plain summary ("summary: N passed, N failed, N skipped"), read from
 # pytest's JUnit report.  The whole suite must stay under 30 minutes on a 2-core machine:
 # `--durations` lists the slowest tests to keep that budget visible.
@@ -44,6 +54,24 @@ has_selection_filter() {
     return 1
 }
 
+# True when the arguments say how many workers to use, or turn xdist off.
+chooses_workers() {
+    local arg previous=""
+    for arg in "$@"; do
+        case "$arg" in
+            -n | -n* | --numprocesses | --numprocesses=* | -pno:xdist) return 0 ;;
+        esac
+        [[ "$previous" == "-p" && "$arg" == "no:xdist" ]] && return 0
+        previous="$arg"
+    done
+    return 1
+}
+
+parallel_args=()
+if ! chooses_workers "$@"; then
+    parallel_args=(-n "${SOCIALWEB_TEST_WORKERS:-4}")
+fi
+
 REPORT_DIR="$(mktemp -d)"
 trap 'rm -rf "$REPORT_DIR"' EXIT
 started=$SECONDS
@@ -56,7 +84,7 @@ ruff_status=0
 ruff check "${lint_targets[@]}" || ruff_status=$?
 
 pytest_status=0
-pytest --junitxml="$REPORT_DIR/junit.xml" --durations=10 "$@" || pytest_status=$?
+pytest --junitxml="$REPORT_DIR/junit.xml" --durations=15 "${parallel_args[@]}" "$@" || pytest_status=$?
 
 pytest_word="exit $pytest_status"
 if ((pytest_status == 5)); then

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "node_bench.py"
+# Its floor runs a bare containerd with pod cgroups under the nodes' parent: host-global state.
+pytestmark = pytest.mark.host
 
 
 @pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd is not installed")

@@ -45,13 +45,18 @@ def env_for(state: Path, out_dir: Path, **overrides: str | None) -> dict[str, st
     return {**base, **{f"SOCIALWEB_TENANTCREDENTIAL_{k}": v for k, v in values.items() if v is not None}}
 
 
+# A hang guard, not a measure: the command takes a second or two on an idle machine, many times
+# that while the suite's other workers and other runs load it.
+CLI_TIMEOUT = 120
+
+
 def tenantcredential(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "socialweb_computer", "internal", "tenantcredential"],
         capture_output=True,
         text=True,
         env=env,
-        timeout=30,
+        timeout=CLI_TIMEOUT,
         check=False,
     )
 
@@ -143,7 +148,7 @@ def test_credential_mint_writes_a_kubeconfig(state: Path, tmp_path: Path) -> Non
         [sys.executable, "-m", "socialweb_computer", "credential", "mint", "--state-dir", str(state),
          "--cluster", "ci", "--user", "gitlab-runner", "--group", "gitlab-runner",
          "--out-dir", str(tmp_path / "o"), "--kubeconfig", str(kubeconfig)],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True, text=True, timeout=CLI_TIMEOUT, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
@@ -151,7 +156,7 @@ def test_credential_mint_writes_a_kubeconfig(state: Path, tmp_path: Path) -> Non
     refused = subprocess.run(
         [sys.executable, "-m", "socialweb_computer", "credential", "mint", "--state-dir", str(state),
          "--cluster", "ci", "--user", "x", "--group", "system:masters", "--out-dir", str(tmp_path / "p")],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True, text=True, timeout=CLI_TIMEOUT, check=False,
     )  # fmt: skip
     assert refused.returncode == 1 and refused.stderr.startswith("error: --group: contains system:masters")
 

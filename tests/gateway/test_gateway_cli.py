@@ -30,8 +30,13 @@ CONFIG_KEYS = {
 }
 
 
+# A hang guard, not a measure: a refused start takes a second or two on an idle machine, many
+# times that while the suite's other workers and other runs load it.
+CLI_TIMEOUT = 120
+
+
 def gateway_command(
-    tmp_path: Path, spec: dict | str, *, env: dict[str, str] | None = None, timeout: float = 20
+    tmp_path: Path, spec: dict | str, *, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(spec if isinstance(spec, str) else yaml.safe_dump(spec))
@@ -108,7 +113,7 @@ def test_state_dir_and_spec_from_the_environment(tmp_path: Path) -> None:
         [sys.executable, "-m", "socialweb_computer", "gateway"],
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=CLI_TIMEOUT,
         check=False,
         env={
             **os.environ,
@@ -156,7 +161,7 @@ def test_missing_state_dir_and_spec_file(tmp_path: Path) -> None:
         [sys.executable, "-m", "socialweb_computer", "gateway"],
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=CLI_TIMEOUT,
         env=env,
         check=False,
     )
@@ -177,7 +182,7 @@ def test_missing_state_dir_and_spec_file(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=CLI_TIMEOUT,
         env=env,
         check=False,
     )

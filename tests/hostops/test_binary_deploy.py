@@ -22,11 +22,13 @@ import pytest
 from socialweb_computer.hostops import layout as layout_mod
 from socialweb_computer.hostops import wait
 
-pytestmark = pytest.mark.slow
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-binary.sh"
 DIST_BINARY = REPO_ROOT / "dist" / "socialweb-computer"
+BUILD_TIMEOUT = 1500  # tests/conftest.py's BINARY_BUILD_TIMEOUT
+
+# The test also waits for the build and two deploys (each up to 200 s): pytest's per-test timeout
+# (300 s) must not cut them short on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BUILD_TIMEOUT + 600)]
 
 
 def _has_hostops(path: Path) -> bool:
@@ -39,19 +41,12 @@ def _has_hostops(path: Path) -> bool:
 
 
 @pytest.fixture(scope="session")
-def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("release")
+def release(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     if DIST_BINARY.exists() and _has_hostops(DIST_BINARY):
+        root = tmp_path_factory.mktemp("release")
         shutil.copy2(DIST_BINARY, root / "socialweb-computer")
         return root / "socialweb-computer"
-    command = ["bash", str(BUILD_SCRIPT), "--dist", str(root / "dist"), "--work", str(root / "work")]
-    # A private PyInstaller cache: another build running at the same time cannot pull files from under us.
-    env = {**os.environ, "PYINSTALLER_CONFIG_DIR": str(root / "pyinstaller")}
-    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200,
-                            stdin=subprocess.DEVNULL, check=False)
-    if result.returncode != 0:
-        pytest.fail(f"build-binary.sh failed:\n{result.stderr[-6000:]}", pytrace=False)
-    return root / "dist" / "socialweb-computer"
+    return request.getfixturevalue("single_file_binary").path  # built once per run (tests/conftest.py)
 
 
 def test_the_binary_installs_and_upgrades_itself(account, sshd, deployer, release) -> None:

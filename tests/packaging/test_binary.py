@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,12 +32,13 @@ from socialweb_computer import __version__, testing
 from socialweb_computer.auth import kubeconfig, pki
 from socialweb_computer.cli import main as cli_main
 
-pytestmark = pytest.mark.slow
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-binary.sh"
-BUILD_TIMEOUT = 900
+BUILD_TIMEOUT = 1500  # tests/conftest.py's BINARY_BUILD_TIMEOUT
 RUN_TIMEOUT = 60
+
+# The first test may wait for the build (tests/conftest.py's `single_file_binary`): pytest's
+# per-test timeout (300 s) must not cut it short on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What a development shell sets that a host running the binary would not have.
 DEV_VARIABLES = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE",
@@ -50,25 +52,15 @@ AUTHN_FALLBACK_WARNINGS = ("cannot reach OpenSSL through ctypes", "unexpected SS
 
 
 @pytest.fixture(scope="session")
-def built_from() -> str | None:
-    """The commit checked out when the binary was built (None outside git); read before the build,
-    since others may commit while the session runs."""
-    result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                            check=False)
-    return result.stdout.strip() if result.returncode == 0 else None
+def built_from(single_file_binary: Any) -> str | None:
+    """The commit checked out when the binary was built (None outside git)."""
+    return single_file_binary.commit
 
 
 @pytest.fixture(scope="session")
-def binary(tmp_path_factory: pytest.TempPathFactory, built_from: str | None) -> Path:
-    """socialweb-computer, built by the project's build command into a temporary dist directory."""
-    root = tmp_path_factory.mktemp("binary")
-    result = subprocess.run(["bash", str(BUILD_SCRIPT), "--dist", str(root / "dist"), "--work",
-                             str(root / "work")], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL, check=False)
-    if result.returncode != 0:
-        pytest.fail(f"build-binary.sh failed ({result.returncode})\n--- stdout ---\n{result.stdout}\n"
-                    f"--- stderr ---\n{result.stderr[-8000:]}", pytrace=False)
-    return root / "dist" / "socialweb-computer"
+def binary(single_file_binary: Any) -> Path:
+    """socialweb-computer, built once per run by the project's build command (tests/conftest.py)."""
+    return single_file_binary.path
 
 
 def clean_env(base: Mapping[str, str], tmpdir: Path) -> dict[str, str]:
