@@ -1,7 +1,8 @@
-"""Streaming under stress: big transfers, slow readers, long idle sessions (slow suite).
+"""Streaming under stress: big transfers, slow readers, many sessions at once (slow suite).
 
 The quick robustness cases (a client that disconnects, 20 concurrent kubectl sessions) are in
-test_streaming_kubectl.py; a node that dies mid-stream is in test_node_lifecycle.py.
+test_streaming_kubectl.py; a node that dies mid-stream is in test_node_lifecycle.py; a session
+left idle for ten minutes is in test_idle_session.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -29,22 +29,6 @@ from .test_streaming_kubectl import MODES, _sleeper
 
 pytestmark = pytest.mark.slow
 GIB = 1 << 30
-IDLE_SECONDS = float(os.environ.get("STREAMING_IDLE_SECONDS", "600"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def idle_session(tenant, node, image) -> Iterator[tuple[subprocess.Popen[bytes], float]]:
-    """An interactive session opened before the module's other tests and checked after them.
-
-    Its ten idle minutes overlap the rest of the module instead of adding to the suite.
-    """
-    ns = tenant.namespace()
-    _sleeper(tenant, ns, image)
-    session = _popen(tenant, "exec", "-i", "box", "-n", ns, "--", "sh", "-c", "read line; echo got: $line")
-    yield session, time.monotonic()
-    if session.poll() is None:
-        session.kill()
-        session.wait()
 
 
 def _popen(tenant, *args: str, mode: str = "websocket") -> subprocess.Popen[bytes]:
@@ -158,13 +142,3 @@ def test_a_hundred_concurrent_sessions_on_one_node(gateway, tenant, ns, image) -
             assert status["details"]["causes"] == [{"reason": "ExitCode", "message": str(index % 7)}]
         else:
             assert status["status"] == "Success"
-
-
-@pytest.mark.timeout(IDLE_SECONDS + 300)
-def test_an_idle_interactive_session_survives(idle_session) -> None:
-    session, opened = idle_session
-    time.sleep(max(0.0, opened + IDLE_SECONDS - time.monotonic()))
-    assert session.poll() is None, "the idle session ended on its own"
-    out, err = session.communicate(b"still here\n", timeout=60)
-    assert session.returncode == 0, err
-    assert out == b"got: still here\n"
