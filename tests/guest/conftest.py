@@ -1,11 +1,19 @@
-"""Fixtures for the microVM tests: the agent binary, ONE guest image per run, a registry.
+"""Fixtures for the microVM tests: the agent binary, ONE guest image per run, registries, and
+ONE microVM node per run with its gateway.
 
-Everything is real: the single-file binary built by scripts/build-binary.sh (the agent inside
-the guest), an image built from Debian's packages (from the package cache that
-scripts/bootstrap.sh fills, so a run needs no network), QEMU under TCG (or KVM where it
-works), a docker-registry on the host's loopback. Booting is slow, so the tests that boot are
-marked `slow`, and every gateway of a run shares the one image: its state directory gets an
-`images` link to the session's image store.
+Everything is real: the single-file binary built by scripts/build-binary.sh once per run
+(tests/conftest.py's `single_file_binary`; the agent inside the guest), an image built from
+Debian's packages (from the package cache that scripts/bootstrap.sh fills, so a run needs no
+network), QEMU under TCG (or KVM where it works), a docker-registry on the host's loopback.
+Booting is slow, so the tests that boot are marked `slow`, and every gateway of a run shares the
+one image: its state directory gets an `images` link to the session's image store.
+
+Each boot under TCG costs a minute or more, so the tests that need a microVM node of a gateway
+but no fresh one share `microvm_node`: a node the gateway's `ci` cluster rents as the gateway
+does (the bidder records the gateway's pid as its owner), configured from a spec's registries (a
+mirror, and a private registry with the node's own credentials). Tests that use it must leave it
+as they found it (their own namespaces); test_microvm_restart.py, which kills the gateway and
+with it the node, sorts after every other user.
 
 `SOCIALWEB_TEST_AGENT_BINARY` may name an already built binary to skip the build (it must be
 built from this checkout, since the guest runs it).
@@ -13,21 +21,26 @@ built from this checkout, since the guest runs it).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
-import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from socialweb_computer.bidders import base
+from socialweb_computer.clusterprovider import layout
+from socialweb_computer.gateway import bidding
+from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.guest import config as image_config
 from socialweb_computer.guest import store as image_store
-from socialweb_computer.testing import images
+from socialweb_computer.node import config as node_config
+from socialweb_computer.testing import gateway as gateway_mod
+from socialweb_computer.testing import images, nodes
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-binary.sh"
 VM_TOOLS = (
     "qemu-system-x86_64",
     "qemu-img",
@@ -53,25 +66,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def agent_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def agent_binary(request: pytest.FixtureRequest) -> Path:
     given = os.environ.get("SOCIALWEB_TEST_AGENT_BINARY")
     if given:
         return Path(given)
-    root = tmp_path_factory.mktemp("agent-binary")
-    env = {**os.environ, "PYINSTALLER_CONFIG_DIR": str(root / "pyinstaller")}
-    result = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--dist", str(root / "dist"), "--work", str(root / "work")],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        stdin=subprocess.DEVNULL,
-    )
-    if result.returncode != 0:
-        pytest.fail(f"build-binary.sh failed:\n{result.stderr[-6000:]}", pytrace=False)
-    shutil.rmtree(root / "work", ignore_errors=True)
-    return root / "dist" / "socialweb-computer"
+    return request.getfixturevalue("single_file_binary").path  # built once per run (tests/conftest.py)
 
 
 @pytest.fixture(scope="session")
@@ -118,3 +117,69 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[images.Regist
         reg.push(images.busybox_image(), "test/busybox:1")
         reg.push(images.busybox_image(user="1000:1000"), "test/busybox-app:1")
         yield reg
+
+
+MISSING_HOST = "registry.example.invalid"  # pulled through its mirror, the plain registry
+AUTH_ENV = "SOCIALWEB_TEST_REGISTRY_AUTH"
+
+
+@pytest.fixture(scope="session")
+def microvm_state_dir(tmp_path_factory: pytest.TempPathFactory, image_root: Path) -> Path:
+    state = Path(tmp_path_factory.mktemp("microvm")) / "state"
+    share_images(state, image_root)
+    return state
+
+
+@pytest.fixture(scope="session")
+def microvm_before(microvm_state_dir: Path) -> nodes.HostSnapshot:
+    """The host before the shared gateway started."""
+    return nodes.HostSnapshot.take(str(microvm_state_dir))
+
+
+@pytest.fixture(scope="session")
+def microvm_gateway(
+    microvm_state_dir: Path, microvm_before: nodes.HostSnapshot
+) -> Iterator[gateway_mod.GatewayProcess]:
+    gw = gateway_mod.GatewayProcess.start(microvm_state_dir, {"clusters": [{"name": "ci"}]}, timeout=60)
+    try:
+        gw.wait_phase("ci", "Ready", timeout=60)
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="session")
+def microvm_node(
+    microvm_gateway: gateway_mod.GatewayProcess,
+    microvm_state_dir: Path,
+    registry: images.Registry,
+    private_registry: images.Registry,
+    guest_image: image_store.Image,
+    image_config_for_tests: image_config.ImageConfig,
+) -> Iterator[base.NodeHandle]:
+    """The run's shared microVM node (see above), Ready in the gateway's cluster `ci`."""
+    record = layout.StateLayout(str(microvm_state_dir)).read_cluster("ci")
+    assert record is not None
+    spec = spec_mod.parse({
+        "registries": [
+            {"host": private_registry.host, "credentialsEnv": AUTH_ENV},
+            {"host": MISSING_HOST, "mirrors": [f"http://{registry.host}"]},
+        ]
+    })
+    env = {AUTH_ENV: f"{private_registry.username}:{private_registry.password}"}
+    bidder = bidding.make_bidder(
+        "qemu", microvm_state_dir, spec, image=image_config_for_tests, owner_pid=microvm_gateway.pid, env=env
+    )
+    size = node_config.Size(TEST_SIZE["vcpu"], TEST_SIZE["mem_mib"], TEST_SIZE["rootfs_mib"])
+    handle = asyncio.run(bidder.start(base.NodeRequest(cluster="ci", server=record.url, size=size)))
+    try:
+        kubeconfig = microvm_gateway.tenant_kubeconfig("ci")
+        jsonpath = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
+        deadline = time.monotonic() + 300
+        while microvm_gateway.kubectl_with(kubeconfig, "get", "node", handle.name, "-o", jsonpath,
+                                           check=False).stdout != "True":
+            assert time.monotonic() < deadline, f"node {handle.name} not Ready"
+            time.sleep(1)
+        yield handle
+    finally:
+        asyncio.run(bidder.stop(handle.name))
