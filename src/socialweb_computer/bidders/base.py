@@ -39,6 +39,11 @@ POD_PREFIX = 24
 LABEL_BIDDER = "socialweb.computer/bidder"
 LABEL_CLUSTER = "socialweb.computer/cluster"
 LABEL_SIZE = "socialweb.computer/size"
+# What the node booted: a guest image's fingerprint, or (a sandbox node) the host's build.
+LABEL_IMAGE = "socialweb.computer/image"
+# Set on nodes the capacity controller rented: only those does it ever release.
+LABEL_MANAGED = "socialweb.computer/managed-by"
+MANAGED_BY_CAPACITY = "capacity"
 
 
 class BidderError(RuntimeError):
@@ -67,6 +72,7 @@ class NodeHandle:
     image: str = ""  # the guest image's fingerprint (microVM nodes)
     owner: str = ""  # "<pid>:<start time>" of the gateway that rented it ("" = none: started by hand)
     agent_port: int = 0  # the host's 127.0.0.1 port forwarded to the agent (microVM nodes)
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)  # NodeRequest.labels, as asked
 
     def as_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -86,6 +92,7 @@ class NodeHandle:
             image=str(data.get("image", "")),
             owner=str(data.get("owner", "")),
             agent_port=int(data.get("agent_port", 0)),
+            labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
         )
 
 
@@ -100,6 +107,23 @@ class Bidder(Protocol):
 
     def nodes(self) -> list[NodeHandle]:
         """The nodes this bidder has started on this host and that are still running."""
+
+    def unavailable(self) -> str:
+        """Why this host cannot start nodes now ("" when it can): missing tools, a missing image."""
+
+
+class WarmBidder(Bidder, Protocol):
+    """A bidder that can boot a node before it knows its cluster (the warm pool), then bind it.
+
+    A warm node is booted as far as it goes without a cluster (for a sandbox: namespaces,
+    disk, containerd, the pause image) and waits; `bind` gives it its cluster, credentials and
+    labels, and returns once its agent is registered, which takes about half a second."""
+
+    async def start_warm(self, size: node_config.Size, labels: dict[str, str], name: str = "") -> NodeHandle:
+        """Boots an unbound node (its handle's cluster is "") and returns once it waits for a bind."""
+
+    async def bind(self, name: str, request: NodeRequest) -> NodeHandle:
+        """Gives the warm node `name` to `request.cluster`; returns once its agent is registered."""
 
 
 def nodes_dir(state_dir: Path) -> Path:

@@ -137,6 +137,13 @@ class QemuBidder:
     def nodes(self) -> list[base.NodeHandle]:
         return [h for h in base.read_records(self.state_dir, KIND) if _alive(h.pids.get("supervisor", 0), h)]
 
+    def unavailable(self) -> str:
+        try:
+            check_host()
+        except base.BidderError as exc:
+            return str(exc)
+        return ""
+
     # ---------------------------------------------------------------- start
 
     async def start(self, request: base.NodeRequest) -> base.NodeHandle:
@@ -290,6 +297,7 @@ class QemuBidder:
             pids={"supervisor": process.pid},
             image=image.fingerprint,
             owner=self.owner,
+            labels=dict(request.labels),
         )
         base.write_record(handle)
         deadline = time.monotonic() + self.start_timeout

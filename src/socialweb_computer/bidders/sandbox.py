@@ -31,6 +31,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -57,6 +58,8 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_PARENT = "socialweb"
 START_TIMEOUT = 60.0
 STOP_GRACE = 20.0
+# What a node's boot writes in its directory: warm (containerd is up, it waits for a cluster), ready.
+WAIT_WARM, WAIT_READY = "warm", "ready"
 # containerd's CRI plugin keeps libcni's result cache here, a path it does not let us move: each
 # node mounts a tmpfs of its own on it, so the host must have the (empty) mount point.
 CNI_CACHE = Path("/var/lib/cni")
@@ -84,9 +87,25 @@ class SandboxBidder:
     def nodes(self) -> list[base.NodeHandle]:
         return [h for h in base.read_records(self.state_dir, KIND) if _alive(h.pids.get("supervisor", 0), h)]
 
+    def unavailable(self) -> str:
+        try:
+            check_host()
+        except base.BidderError as exc:
+            return str(exc)
+        return ""
+
     async def start(self, request: base.NodeRequest) -> base.NodeHandle:
+        return await self._start(request.name or base.new_node_name(KIND), request, WAIT_READY)
+
+    async def start_warm(
+        self, size: node_config.Size, labels: dict[str, str], name: str = ""
+    ) -> base.NodeHandle:
+        """Boots a node for no cluster yet (the warm pool): it waits, containerd up, for `bind`."""
+        request = base.NodeRequest(cluster="", server="", size=size, labels=labels)
+        return await self._start(name or base.new_node_name(KIND), request, WAIT_WARM)
+
+    async def _start(self, name: str, request: base.NodeRequest, wait_for: str) -> base.NodeHandle:
         check_host()
-        name = request.name or base.new_node_name(KIND)
         directory = base.nodes_dir(self.state_dir) / name
         async with self._lock:
             directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -101,13 +120,45 @@ class SandboxBidder:
                 shutil.rmtree(directory, ignore_errors=True)
                 raise
         try:
-            return await self._boot(name, request, directory, config)
+            return await self._boot(name, request, directory, wait_for)
         except BaseException:
             await self.stop(name)
             raise
 
-    def _node_config(self, name: str, request: base.NodeRequest, directory: Path) -> node_config.NodeConfig:
-        node_dir = node_config.NodeDir(directory)
+    async def bind(self, name: str, request: base.NodeRequest) -> base.NodeHandle:
+        """Gives the warm node `name` to `request.cluster`; returns once its agent registered."""
+        directory = base.nodes_dir(self.state_dir) / name
+        handle = self._record(name)
+        if handle is None or not _alive(handle.pids.get("supervisor", 0), handle):
+            raise base.BidderError(f"there is no warm node {name} on this host")
+        if handle.cluster:
+            raise base.BidderError(f"node {name} already serves cluster {handle.cluster}")
+        # Its boot listens for the bind only once it is warm; a signal before that would end it.
+        await self._wait(name, directory, handle, WAIT_WARM)
+        config = node_config.NodeConfig.read(directory)
+        self._credentials(name, request, node_config.NodeDir(directory))
+        bound = dataclasses.replace(
+            config,
+            cluster=request.cluster,
+            server=request.server,
+            labels={**config.labels, base.LABEL_CLUSTER: request.cluster, **request.labels},
+            taints=list(request.taints),
+            host_ports=sorted({_port_of(request.server), *config.host_ports}),
+        )
+        bound.write(directory)
+        handle = self._record(name) or handle  # (the supervisor rewrote it with every pid)
+        labels = {**handle.labels, **request.labels}
+        handle = dataclasses.replace(handle, cluster=request.cluster, labels=labels)
+        base.write_record(handle)
+        os.kill(handle.pids["supervisor"], signal.SIGUSR1)
+        await self._wait(name, directory, handle, WAIT_READY)
+        return handle
+
+    def _record(self, name: str) -> base.NodeHandle | None:
+        return next((h for h in base.read_records(self.state_dir, KIND) if h.name == name), None)
+
+    def _credentials(self, name: str, request: base.NodeRequest, node_dir: node_config.NodeDir) -> None:
+        """The node's own credential and kube-proxy's, from the cluster's ClientCA."""
         try:
             credential_mod.mint_node_credential_for_cluster(
                 state_dir=str(self.state_dir),
@@ -124,15 +175,23 @@ class SandboxBidder:
             )
         except credential_mod.CredentialRefused as exc:
             raise base.BidderError(f"cannot mint the node credential for {name}: {exc}") from None
+
+    def _node_config(self, name: str, request: base.NodeRequest, directory: Path) -> node_config.NodeConfig:
+        """What the node is told; a warm node (no cluster yet) has no credentials and no server."""
+        node_dir = node_config.NodeDir(directory)
+        ports = set(self.host_ports)
+        if request.cluster:
+            self._credentials(name, request, node_dir)
+            ports.add(_port_of(request.server))
         if self.registry_credentials:
             write_registry_credentials(node_dir.registry_credentials, self.registry_credentials)
-        port = int(request.server.rsplit(":", 1)[1].split("/", 1)[0])
         (directory / "resolv.conf").write_text(f"nameserver {node_config.DNS_FROM_NODE}\n")
         _make_disk(directory / "disk.img", request.size.rootfs_mib)
         labels = {
             base.LABEL_BIDDER: KIND,
-            base.LABEL_CLUSTER: request.cluster,
             base.LABEL_SIZE: base.size_label(request.size),
+            base.LABEL_IMAGE: image_label(),
+            **({base.LABEL_CLUSTER: request.cluster} if request.cluster else {}),
             **request.labels,
         }
         return node_config.NodeConfig(
@@ -152,12 +211,12 @@ class SandboxBidder:
             resolv_conf=str(directory / "resolv.conf"),
             internal_ip=NODE_IP,
             bidder=KIND,
-            host_ports=sorted({port, *self.host_ports}),
+            host_ports=sorted(ports),
             host_socket_dir=str(directory / "host-ports"),
         )
 
     async def _boot(
-        self, name: str, request: base.NodeRequest, directory: Path, config: node_config.NodeConfig
+        self, name: str, request: base.NodeRequest, directory: Path, wait_for: str
     ) -> base.NodeHandle:
         node_dir = node_config.NodeDir(directory)
         node_dir.logs.mkdir(mode=0o700, exist_ok=True)
@@ -178,19 +237,29 @@ class SandboxBidder:
             size=request.size,
             created=base.now(),
             pids={"supervisor": process.pid},
+            image=image_label(),
+            labels=dict(request.labels),
         )
         base.write_record(handle)
+        await self._wait(name, directory, handle, wait_for, process)
+        return handle
+
+    async def _wait(self, name: str, directory: Path, handle: base.NodeHandle, what: str,
+                    process: subprocess.Popen[bytes] | None = None) -> None:
+        """Until the node's boot writes `what` (WAIT_WARM, WAIT_READY), or says why it will not."""
+        logs = node_config.NodeDir(directory).logs
+        doing = "register" if what == WAIT_READY else "boot"
         deadline = time.monotonic() + self.start_timeout
-        while not (directory / "ready").exists():
-            if process.poll() is not None:
-                raise base.BidderError(f"sandbox node {name} failed to start: {_tail(node_dir.logs)}")
+        while not (directory / what).exists():
+            gone = process.poll() is not None if process is not None else not _alive(
+                handle.pids.get("supervisor", 0), handle)
+            if gone:
+                raise base.BidderError(f"sandbox node {name} failed to start: {_tail(logs)}")
             if time.monotonic() > deadline:
                 raise base.BidderError(
-                    f"sandbox node {name} did not register within {self.start_timeout:.0f} s: "
-                    f"{_tail(node_dir.logs)}"
+                    f"sandbox node {name} did not {doing} within {self.start_timeout:.0f} s: {_tail(logs)}"
                 )
             await asyncio.sleep(0.05)
-        return handle
 
     async def stop(self, name: str, *, grace: float = STOP_GRACE) -> None:
         directory = base.nodes_dir(self.state_dir) / name
@@ -221,6 +290,17 @@ class SandboxBidder:
 
 
 # ---------------------------------------------------------------- the host side, shared
+
+
+def _port_of(server: str) -> int:
+    return int(server.rsplit(":", 1)[1].split("/", 1)[0])
+
+
+def image_label() -> str:
+    """`host-<version>-<build>` as a label value: a sandbox node runs this build on the host's kernel."""
+    info = binary.current()
+    value = re.sub(r"[^A-Za-z0-9._-]", "-", f"host-{info.version}-{info.build}")
+    return value[:63].rstrip("-._")
 
 
 def check_host() -> None:
@@ -396,6 +476,20 @@ async def supervise(directory: Path) -> int:
     loop = asyncio.get_running_loop()
     for signo in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signo, stop.set)
+    init = 0
+    served = set(config.host_ports)
+
+    async def bound() -> None:
+        """A warm node was given a cluster: serve its new host ports, then tell the boot."""
+        fresh = node_config.NodeConfig.read(directory)
+        new = [p for p in fresh.host_ports if p not in served]
+        servers.extend(await hostports.serve_on_host(new, Path(fresh.host_socket_dir)))
+        served.update(new)
+        if init:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(init, signal.SIGUSR1)  # tini passes it on to the node's boot
+
+    loop.add_signal_handler(signal.SIGUSR1, lambda: loop.create_task(bound()))
 
     def in_child() -> None:
         enter_cgroups(relative)

@@ -148,12 +148,39 @@ class Control:
         threading.Thread(target=read, name="control", daemon=True).start()
 
 
-async def run(node_dir: config_mod.NodeDir, *, ready_file: Path | None = None, guest: bool = False) -> int:
+async def _wait_for_cluster(
+    node_dir: config_mod.NodeDir, config: config_mod.NodeConfig, stop: asyncio.Event, warm_file: Path | None
+) -> config_mod.NodeConfig | None:
+    """A warm node (no cluster yet): say so, then wait for SIGUSR1, sent once the bidder has
+    written the node's cluster, server and credentials into its node.json (bidders/sandbox.py
+    `bind`). None when the node is stopped first."""
+    bound = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, bound.set)
+    if warm_file is not None:
+        warm_file.write_text(f"{config.name}\n")
+    log.info("node %s is warm: waiting for a cluster", config.name)
+    while not config.cluster:
+        waiting = {asyncio.ensure_future(bound.wait()), asyncio.ensure_future(stop.wait())}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        for task in waiting:
+            task.cancel()
+        if stop.is_set():
+            return None
+        bound.clear()
+        config = config_mod.NodeConfig.read(node_dir.path)
+    return config
+
+
+async def run(node_dir: config_mod.NodeDir, *, ready_file: Path | None = None, guest: bool = False,
+              warm_file: Path | None = None) -> int:
     config = config_mod.NodeConfig.read(node_dir.path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signo in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signo, stop.set)
+    if not config.cluster:
+        # Until the bind: a signal that arrives before its handler would end the boot.
+        loop.add_signal_handler(signal.SIGUSR1, lambda: None)
     control = Control(config.control_port) if guest and config.control_port else None
     if control is not None:
         control.send("booting")
@@ -161,7 +188,7 @@ async def run(node_dir: config_mod.NodeDir, *, ready_file: Path | None = None, g
     if guest:
         socket.sethostname(config.name)
     try:
-        return await _run(config, node_dir, stop, ready_file, control)
+        return await _run(config, node_dir, stop, ready_file, control, warm_file)
     except Exception as exc:
         if control is not None:
             control.send(f"failed {exc}")
@@ -174,6 +201,7 @@ async def _run(
     stop: asyncio.Event,
     ready_file: Path | None,
     control: Control | None,
+    warm_file: Path | None = None,
 ) -> int:
     await wait_for_network()
     forwarders = await hostports.serve_in_node(
@@ -190,6 +218,18 @@ async def _run(
     agent: agent_mod.Agent | None = None
     try:
         await daemon.import_image(build.PAUSE_ARCHIVE)
+        if not config.cluster:
+            served = set(config.host_ports)
+            bound = await _wait_for_cluster(node_dir, config, stop, warm_file)
+            if bound is None:
+                return 0
+            config = bound
+            new = [p for p in config.host_ports if p not in served]
+            forwarders += await hostports.serve_in_node(
+                new,
+                Path(config.host_socket_dir) if config.host_socket_dir else None,
+                host_address=config.host_address,
+            )
         agent = agent_mod.Agent(config, node_dir, daemon.runtime, agent_mod.client_for(config, node_dir))
         await agent.start()
         if ready_file is not None:
@@ -213,6 +253,8 @@ async def _run(
 def main(node_dir: Path, *, guest: bool = False) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ready_file = None if guest else node_dir / "ready"
+    warm_file = None if guest else node_dir / "warm"
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(run(config_mod.NodeDir(node_dir), ready_file=ready_file, guest=guest))
+        return asyncio.run(run(config_mod.NodeDir(node_dir), ready_file=ready_file, guest=guest,
+                               warm_file=warm_file))
     return 0
