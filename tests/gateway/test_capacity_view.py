@@ -1,8 +1,9 @@
 """The capacity controller's plug-in point (gateway/capacityview.py), with a provider registered.
 
-The capacity controller is not built yet; `testing.capacity.FakeCapacity` stands in for it
-(it answers the same questions with fixed values). The gateway runs in this process so
-the provider can be registered, as the capacity controller will register itself.
+The gateway registers its own capacity controller at start (tests/capacity/ drive it with
+real nodes); here `testing.capacity.FakeCapacity` takes its place with fixed values, so
+every field of the view can be checked. The gateway runs in this process so the provider
+can be registered.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ async def test_a_registered_provider_shows_everywhere(tmp_path: Path) -> None:
     await gateway.start()
     try:
         before = await gateway.overview()
-        assert before["capacity"] is None
+        assert before["capacity"]["nodes"] == [] and before["capacity"]["decisions"] == []  # its own, idle
         version = gateway.changes.version
         provider = fake.FakeCapacity(SNAPSHOT)
         provider.rentals["rented"] = 3

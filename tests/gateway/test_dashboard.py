@@ -1,7 +1,7 @@
 """The dashboard at the HTTP API's `/`, in headless Chromium, against a real gateway.
 
 Two clusters, a node (fake kubelet, labelled by a bidder), a running and a pending pod:
-the page must show each, say honestly that no capacity controller runs, show no
+the page must show each, say honestly that no bidder rents nodes, show no
 credential, and show a cluster created afterwards without a reload. Screenshots are kept
 under the test's tmp dir (the path is printed). The same with a real sandbox node started
 by its bidder: tests/node/test_operator_view.py.
@@ -66,7 +66,8 @@ def test_dashboard_in_chromium(start_gateway, tmp_path: Path) -> None:
             assert "32 vCPU, 128 GiB memory" in nodes
             pending = table_text(browser, "pending")
             assert "Insufficient cpu" in pending  # the scheduler's message: why it waits
-            assert "no capacity controller" in browser.find_element("id", "capacity").text
+            capacity = browser.find_element("id", "capacity").text
+            assert "bidder: none" in capacity and "no node is rented" in capacity and "vcpu: 0 of" in capacity
             events = table_text(browser, "events")
             assert "FailedScheduling" in events and "Scheduled" in events
             wait_for("the live stream", lambda: browser.find_element("id", "live").text == "live")
@@ -101,7 +102,8 @@ def test_overview_and_status_agree(start_gateway, tmp_path: Path) -> None:
     with urllib.request.urlopen(f"{gw.api_url}/api/overview", timeout=10) as response:
         overview = json.loads(response.read())
     assert [c["name"] for c in overview["clusters"]] == ["ci"]
-    assert overview["capacity"] is None and overview["store"]["backend"] == "sqlite"
+    assert overview["capacity"]["bidder"] == "none" and overview["capacity"]["nodes"] == []
+    assert overview["store"]["backend"] == "sqlite"
     status = subprocess.run(
         [*gateway_mod.DEFAULT_COMMAND, "status", "--state-dir", str(gw.state_dir), "-o", "json"],
         capture_output=True, text=True, timeout=30, check=True)
@@ -110,7 +112,7 @@ def test_overview_and_status_agree(start_gateway, tmp_path: Path) -> None:
         (c["name"], c["phase"], c["url"]) for c in overview["clusters"]]
     text = subprocess.run([*gateway_mod.DEFAULT_COMMAND, "status", "--api", gw.api_url],
                           capture_output=True, text=True, timeout=30, check=True).stdout
-    assert "CLUSTERS" in text and "no capacity controller" in text
+    assert "CLUSTERS" in text and "bidder: none (capacity.bidder in the gateway spec)" in text
     assert f"ci     Ready   {overview['clusters'][0]['url']}" in text
     refused = subprocess.run([*gateway_mod.DEFAULT_COMMAND, "status", "--state-dir", str(tmp_path / "none")],
                              capture_output=True, text=True, timeout=30)

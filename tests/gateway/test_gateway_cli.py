@@ -26,6 +26,7 @@ CONFIG_KEYS = {
     "listen",
     "storage",
     "nodeDefaults",
+    "capacity",
     "clusters",
 }
 
@@ -91,7 +92,9 @@ def test_api_config_on_the_default_port(start_gateway) -> None:
         "memMiB": 2048,
         "rootfsMiB": 8192,
         "releaseAfterSeconds": 120,
+        "max": 10,
     }
+    assert config["capacity"]["bidder"] == "none"  # nothing is rented unless the spec says how
     [ci] = config["clusters"]
     assert ci["name"] == "ci" and ci["phase"] == "Ready" and ci["url"].startswith("https://127.0.0.1:")
     assert ci["adminKubeconfig"] == str(gateway.tenant_kubeconfig("ci"))
@@ -145,6 +148,10 @@ def test_non_loopback_address_is_refused_with_the_trust_boundary(tmp_path: Path,
         ("clusters: [{name: a}, {name: a}]\n", "clusters[1].name: cluster 'a' is listed twice"),
         ("listen: {clusterPorts: 7000}\n", "listen.clusterPorts: expected a range such as"),
         ("nodeDefaults: {vcpu: 0}\n", "nodeDefaults.vcpu: 0 is out of range"),
+        ("capacity: {bidder: vmware}\n", "capacity.bidder: 'vmware' is not a bidder; use sandbox, qemu"),
+        ("capacity: {warmPool: {nodes: 3, max: 1}}\n", "capacity.warmPool: max (1) is below nodes (3)"),
+        ("capacity: {hostBudget: {vcpus: 4}}\n", "capacity.hostBudget: unknown field 'vcpus'"),
+        ("clusters: [{name: ci, bidder: kvm}]\n", "clusters[0].bidder: 'kvm' is not a bidder"),
         ("clusters: {name: ci}\n", "clusters: expected a list"),
         ("[1, 2\n", "is not valid YAML"),
     ],

@@ -65,7 +65,8 @@ def test_host_metrics(start_gateway, storage: str) -> None:
         samples, "socialweb_store_revision", backend=storage)
     # A fake kubelet's node has no bidder record: no boot is timed (the family is there, empty).
     assert not any(name.startswith("socialweb_node_boot_duration_seconds") for name, _ in samples)
-    assert value(samples, "socialweb_capacity_controller_registered") == 0
+    assert value(samples, "socialweb_capacity_controller_registered") == 1  # the gateway's own
+    assert value(samples, "socialweb_rental_decisions_total", outcome="rented") == 0
     assert value(samples, "socialweb_gateway_info") == 1
     # No guest image here, none built: the image families are present, at zero.
     assert value(samples, "socialweb_guest_images") == 0

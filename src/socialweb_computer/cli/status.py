@@ -111,6 +111,10 @@ def _capacity(capacity: dict[str, Any] | None, moment: datetime.datetime) -> lis
         return ["CAPACITY", "no capacity controller: nodes are not rented, no host budget or warm pool yet",
                 ""]
     lines = ["CAPACITY"]
+    if "bidder" in capacity:
+        bidder = capacity["bidder"]
+        lines.append(f"bidder: {bidder}" if bidder not in ("", "none") else
+                     "bidder: none (capacity.bidder in the gateway spec): no node is rented")
     for b in capacity["budget"]:
         lines.append(f"{b['resource']}: {b['used']:g} of {b['total']:g} {b['unit']} used, {b['free']:g} free")
     lines.append(f"warm pool: {capacity['warmPool']['size']} of {capacity['warmPool']['target']}")

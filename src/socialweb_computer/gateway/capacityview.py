@@ -73,6 +73,7 @@ class CapacitySnapshot(Protocol):
     nodes: Sequence[RentedNode]
     warm_pool_target: int
     decisions: Sequence[Decision]  # the most recent, newest last (the dashboard shows 20)
+    # (optional) the gateway's bidder, "none" when nothing is rented; shown when present
 
 
 class CapacityProvider(Protocol):
@@ -87,7 +88,11 @@ class CapacityProvider(Protocol):
 
 def as_json(snapshot: CapacitySnapshot) -> dict[str, Any]:
     """The dashboard's and `status -o json`'s `capacity` object."""
-    return {
+    out: dict[str, Any] = {}
+    bidder = getattr(snapshot, "bidder", None)
+    if bidder is not None:
+        out["bidder"] = bidder
+    return out | {
         "budget": [{"resource": b.resource, "unit": b.unit, "used": b.used, "total": b.total,
                     "free": max(b.total - b.used, 0)} for b in snapshot.budget],
         "nodes": [{"name": n.name, "cluster": n.cluster, "bidder": n.bidder, "state": n.state,

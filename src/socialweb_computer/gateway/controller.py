@@ -27,10 +27,12 @@ from socialweb_computer.apiserver import app as app_mod
 from socialweb_computer.apiserver import fairness, kinds, store
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.bidders import base as bidders_base
+from socialweb_computer.capacity import controller as capacity_mod
 from socialweb_computer.clusterprovider import layout
 from socialweb_computer.controllers import framework
 from socialweb_computer.gateway import observer, resource, statemirror, tenants, workers
 from socialweb_computer.gateway import spec as spec_mod
+from socialweb_computer.node import config as node_config
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -70,8 +72,10 @@ class ClusterController:
         mirror: statemirror.StateMirror | None = None,
         boots: observer.NodeBoots | None = None,
         pool: workers.WorkerPool | None = None,
+        capacity: capacity_mod.CapacityController | None = None,
     ) -> None:
         self.admin = admin
+        self.capacity = capacity  # told which clusters serve, with their node settings
         self.kind = kind
         self.state = state
         self.backend = backend
@@ -272,6 +276,8 @@ class ClusterController:
         if not cluster.get("spec", {}).get("running", True):
             await self._park(cluster)
             return
+        if self.capacity is not None:
+            self.capacity.configure(name, self.capacity_settings(cluster))
         tenant = self.tenants.get(name)
         if tenant is None:
             await self._start_tenant(cluster)
@@ -334,6 +340,7 @@ class ClusterController:
         self._backoff.pop(name, None)
         self._lost.discard(name)
         self.tenants[name] = tenant
+        self._tenant_loaded(tenant)  # (loaded before it was ours to hand to capacity)
         # A tenant's objects live as long as it does: keep them out of the cyclic collector's full
         # passes, whose pauses grow with every cluster (bench/README.md, gateway_bench).
         gc.freeze()
@@ -412,7 +419,51 @@ class ClusterController:
             bidders_base.NodeDirectory(Path(self.state.root), record.name),
             observer.TenantView(record.name, self.changes, self.events, self.boots),
             limits=self.limits_of(cluster), connections=self.spec.connections,
+            on_loaded=self._tenant_loaded,
         )
+
+    def _tenant_loaded(self, tenant: tenants.TenantPlane) -> None:
+        if self.capacity is not None and self.tenants.get(tenant.record.name) is tenant:
+            self.capacity.attach(tenant.record.name, tenant.cluster.store, tenant.record.url)
+
+    def capacity_settings(self, cluster: Object) -> capacity_mod.ClusterSettings:
+        """The Cluster's spec.nodes and spec.bidder over the gateway's nodeDefaults and capacity.bidder."""
+        spec = cluster.get("spec") or {}
+        nodes = self.spec.node_defaults.merged(spec.get("nodes") or {})
+        return capacity_mod.ClusterSettings(
+            bidder=str(spec.get("bidder") or self.spec.capacity.bidder),
+            size=node_config.Size(nodes.vcpu, nodes.mem_mib, nodes.rootfs_mib),
+            release_after=float(nodes.release_after_seconds),
+            max_nodes=nodes.max,
+        )
+
+    async def set_condition(self, name: str, condition: Object) -> None:
+        """Write one condition of the Cluster's status (not Ready: that one is the controller's own)."""
+        for _ in range(5):
+            try:
+                cluster = await self.admin.store.get(self.kind, "", name)
+            except errors.StatusError as e:
+                if e.code == 404:
+                    return
+                raise
+            if cluster["metadata"].get("deletionTimestamp"):
+                return
+            status = cluster.get("status") or {}
+            conditions = list(status.get("conditions") or [])
+            previous = next((c for c in conditions if c.get("type") == condition["type"]), {})
+            fresh = {**condition, "observedGeneration": cluster["metadata"].get("generation", 1)}
+            unchanged = previous.get("status") == fresh.get("status")
+            since = previous.get("lastTransitionTime") if unchanged else None
+            fresh["lastTransitionTime"] = since or resource.now()
+            if previous == fresh:
+                return
+            conditions = [c for c in conditions if c.get("type") != condition["type"]] + [fresh]
+            try:
+                await self._write(cluster, {"status": {**status, "conditions": conditions}}, "status")
+                return
+            except errors.StatusError as e:
+                if e.code != 409:
+                    raise
 
     def _allocate_port(self, name: str) -> int:
         taken = set(self._ports.values()) | self._reserved
@@ -432,6 +483,8 @@ class ClusterController:
         self._reopened.discard(name)
         self._lost.discard(name)
         tenant = self.tenants.pop(name, None)
+        if self.capacity is not None:
+            await self.capacity.detach(name, deleted=False)
         if tenant is not None:
             await tenant.stop()
             log.info("cluster %s parked", name)
@@ -464,6 +517,8 @@ class ClusterController:
         self._backoff.pop(name, None)
         self._reopened.discard(name)
         self._lost.discard(name)
+        if self.capacity is not None:
+            await self.capacity.detach(name, deleted=True)
         tenant = self.tenants.pop(name, None)
         if tenant is not None:
             await tenant.stop()
@@ -496,7 +551,9 @@ class ClusterController:
             **fields,
             "phase": phase,
             "observedGeneration": cluster["metadata"].get("generation", 1),
-            "conditions": conditions,
+            # (Capacity is the capacity controller's condition, written through set_condition.)
+            "conditions": [*conditions, *(c for c in current.get("conditions") or []
+                                          if c.get("type") == capacity_mod.CONDITION)],
         }
         if status == current:
             return cluster

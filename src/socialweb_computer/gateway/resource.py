@@ -37,6 +37,7 @@ _NODE_SETTINGS = {
         "minimum": 0,
         "description": "how long a node with no work is kept before it is released",
     },
+    "max": {"type": "integer", "minimum": 0, "description": "the most nodes capacity rents for this cluster"},
 }
 
 _LIMITS = {
@@ -92,6 +93,12 @@ _SCHEMA = {
                     "properties": _LIMITS,
                     "description": "what this cluster may take of the gateway; unset fields take the "
                     "gateway spec's limits",
+                },
+                "bidder": {
+                    "type": "string",
+                    "enum": ["sandbox", "qemu", "none"],
+                    "description": "what starts this cluster's nodes (default: the gateway's "
+                    "capacity.bidder); none rents no node",
                 },
             },
         },

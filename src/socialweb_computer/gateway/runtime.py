@@ -35,8 +35,10 @@ from socialweb_computer.apiserver import metrics as apiserver_metrics
 from socialweb_computer.apiserver.cluster import LogicalCluster
 from socialweb_computer.auth import authn, pki
 from socialweb_computer.bidders import qemu as qemu_bidder
+from socialweb_computer.capacity import controller as capacity_mod
 from socialweb_computer.clusterprovider import layout
 from socialweb_computer.gateway import (
+    bidding,
     capacityview,
     controller,
     httpapi,
@@ -49,6 +51,7 @@ from socialweb_computer.gateway import (
 from socialweb_computer.gateway import metrics as gateway_metrics
 from socialweb_computer.gateway import spec as spec_mod
 from socialweb_computer.guest import store as image_store
+from socialweb_computer.node import config as node_config
 from socialweb_computer.storage import base as storage
 from socialweb_computer.storage import sqlite
 
@@ -96,6 +99,7 @@ class Gateway:
         self.boots = observer.NodeBoots(Path(self.state.root))
         self._images = image_store.Store(Path(self.state.root))  # read for /metrics: a listing
         self._capacity: capacityview.CapacityProvider | None = None
+        self.capacity: capacity_mod.CapacityController | None = None
         self._process_collectors = gateway_metrics.process_collectors()
         self.worker_count = workers.resolve_count(spec.workers)
         self.pool: workers.WorkerPool | None = None
@@ -105,6 +109,12 @@ class Gateway:
         _raise_open_file_limit()
         self.state.sweep_leftovers()
         await self._reap_nodes()
+        if self.worker_count > 1 and self.spec.capacity.bidder != "none":
+            # The capacity controller watches each tenant's store in this process (docs/capacity.md).
+            raise StartError(
+                f"capacity.bidder {self.spec.capacity.bidder} needs the tenants in the gateway's process, "
+                f"but workers is {self.worker_count}: set workers: 1, or capacity.bidder: none"
+            )
         if self.worker_count > 1:
             self.pool = workers.WorkerPool(self.state, self.spec, self.worker_count)
             await self._workers("start", self.pool.launch)
@@ -127,6 +137,13 @@ class Gateway:
         admin_port = await self._serve_admin_plane()
         if self.pool is not None:
             await self._workers("start", self.pool.start)
+        state_dir = Path(self.state.root)
+        self.capacity = capacity_mod.CapacityController(
+            state_dir, capacity_settings(self.spec), report=self._report_condition,
+            # No owner_pid: rented nodes outlive a gateway restart and are adopted (docs/capacity.md).
+            bidder_factory=lambda kind: bidding.make_bidder(kind, state_dir, self.spec))
+        await self.capacity.start(self.state.cluster_names())
+        self.register_capacity(self.capacity)
         self._controller = controller.ClusterController(
             self._admin,
             self._kind,
@@ -139,6 +156,7 @@ class Gateway:
             mirror=mirror,
             boots=self.boots,
             pool=self.pool,
+            capacity=self.capacity,
         )
         await self._controller.start()
         await self._ensure_spec_clusters()
@@ -173,6 +191,10 @@ class Gateway:
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
+        if self.capacity is not None:
+            # Rented nodes keep running (and their jobs with them): the next gateway adopts them.
+            await self.capacity.close()
+            self.register_capacity(None)
         if self._controller is not None:
             await self._controller.close()
         if self.pool is not None:
@@ -220,6 +242,10 @@ class Gateway:
             raise StartError(f"storage.etcd: {e}") from None
         return backend
 
+    async def _report_condition(self, name: str, condition: dict[str, Any]) -> None:
+        if self._controller is not None:
+            await self._controller.set_condition(name, condition)
+
     def _lost_store(self, reason: str) -> None:
         self.failure = (
             f"this gateway lost its claim on the etcd store ({reason}), so another gateway may serve "
@@ -260,6 +286,8 @@ class Gateway:
             }
             if wanted.nodes:
                 body["spec"]["nodes"] = dict(wanted.nodes)
+            if wanted.bidder:
+                body["spec"]["bidder"] = wanted.bidder
             assert self._controller is not None
             self._controller.count_in_readiness(wanted.name)
             try:
@@ -298,6 +326,7 @@ class Gateway:
             },
             "storage": self._storage_summary(),
             "nodeDefaults": self.spec.node_defaults.as_json(),
+            "capacity": self.spec.capacity.as_json(),
             "clusters": await self.clusters(),
         }
 
@@ -380,6 +409,22 @@ class Gateway:
         problems += storage.problems_of(self._backend)
         problems += self._controller.problems()
         return problems
+
+
+def capacity_settings(spec: spec_mod.GatewaySpec) -> capacity_mod.Settings:
+    """The capacity controller's view of the spec (it never imports the gateway)."""
+    budget, pool, defaults = spec.capacity.host_budget, spec.capacity.warm_pool, spec.node_defaults
+    return capacity_mod.Settings(
+        bidder=spec.capacity.bidder,
+        priority_cutoff=spec.capacity.priority_cutoff,
+        budget_vcpu=budget.vcpu,
+        budget_mem_mib=budget.mem_mib,
+        budget_disk_mib=budget.disk_mib,
+        warm_nodes=pool.nodes,
+        warm_max=pool.max,
+        pool_size=node_config.Size(defaults.vcpu, defaults.mem_mib, defaults.rootfs_mib),
+        pool_release_after=float(defaults.release_after_seconds),
+    )
 
 
 def _port_of(url: str) -> int:

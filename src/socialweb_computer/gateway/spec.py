@@ -36,6 +36,8 @@ STORAGE_BACKENDS = ("sqlite", "etcd")
 DEFAULT_ETCD_PREFIX = "/socialweb-computer"
 DEFAULT_ETCD_REQUEST_TIMEOUT = 5.0
 DEFAULT_OWNER_LEASE_SECONDS = 15
+DEFAULT_MAX_NODES = 10
+BIDDERS = ("sandbox", "qemu", "none")
 
 # Processes serving tenants: `auto` (0) is one per core; 1 keeps them in the gateway's process.
 DEFAULT_WORKERS = 1
@@ -71,6 +73,7 @@ class NodeDefaults:
     mem_mib: int = 2048
     rootfs_mib: int = 8192
     release_after_seconds: int = 120
+    max: int = DEFAULT_MAX_NODES  # nodes capacity may rent for one cluster
 
     def as_json(self) -> dict[str, int]:
         return {
@@ -78,6 +81,49 @@ class NodeDefaults:
             "memMiB": self.mem_mib,
             "rootfsMiB": self.rootfs_mib,
             "releaseAfterSeconds": self.release_after_seconds,
+            "max": self.max,
+        }
+
+    def merged(self, overrides: dict[str, int]) -> NodeDefaults:
+        """These defaults with a Cluster's `spec.nodes` (its keys, as the CRD spells them) on top."""
+        known = {_NODE_FIELDS[k]: v for k, v in overrides.items()
+                 if k in _NODE_FIELDS and isinstance(v, int) and not isinstance(v, bool)}
+        return dataclasses.replace(self, **known)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostBudget:
+    """What capacity may hand out across all tenants and the warm pool; None = from the host."""
+
+    vcpu: int | None = None
+    mem_mib: int | None = None
+    disk_mib: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmPool:
+    """Pre-booted nodes of `nodeDefaults`' size: `nodes` always, up to `max` as pause pods ask."""
+
+    nodes: int = 0
+    max: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CapacitySpec:
+    """`capacity`: who starts nodes (the bidder) and within what limits."""
+
+    bidder: str = "none"  # "sandbox", "qemu", or "none": no node is ever rented
+    priority_cutoff: int = 0  # pods below this priority are placeholders (pause pods), never work
+    host_budget: HostBudget = HostBudget()
+    warm_pool: WarmPool = WarmPool()
+
+    def as_json(self) -> dict[str, Any]:
+        budget = self.host_budget
+        return {
+            "bidder": self.bidder,
+            "priorityCutoff": self.priority_cutoff,
+            "hostBudget": {"vcpu": budget.vcpu, "memMiB": budget.mem_mib, "diskMiB": budget.disk_mib},
+            "warmPool": {"nodes": self.warm_pool.nodes, "max": self.warm_pool.max},
         }
 
 
@@ -86,6 +132,7 @@ class ClusterSpec:
     name: str
     running: bool = True
     nodes: dict[str, int] = dataclasses.field(default_factory=dict)
+    bidder: str = ""  # "" = the gateway's capacity.bidder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +182,7 @@ class GatewaySpec:
     storage_backend: str = "sqlite"
     etcd: EtcdSpec | None = None
     node_defaults: NodeDefaults = NodeDefaults()
+    capacity: CapacitySpec = CapacitySpec()
     clusters: tuple[ClusterSpec, ...] = ()
     log_level: str = ""  # "" = not set here (flag, environment or INFO decide)
     log_format: str = ""  # "" = not set here (flag, environment or text decide)
@@ -153,12 +201,17 @@ _NODE_FIELDS = {
     "memMiB": "mem_mib",
     "rootfsMiB": "rootfs_mib",
     "releaseAfterSeconds": "release_after_seconds",
+    "max": "max",
 }
+_NODE_MINIMUMS = {"releaseAfterSeconds": 0, "max": 0}
 _TOP_FIELDS = (
-    "listen", "storage", "nodeDefaults", "clusters", "logging", "registries", "guestImage", "limits",
-    "workers",
+    "listen", "storage", "nodeDefaults", "capacity", "clusters", "logging", "registries", "guestImage",
+    "limits", "workers",
 )
 _GUEST_IMAGE_FIELDS = ("suite", "kernel", "packages", "agent", "files")
+_CAPACITY_FIELDS = ("bidder", "priorityCutoff", "hostBudget", "warmPool")
+_BUDGET_FIELDS = {"vcpu": "vcpu", "memMiB": "mem_mib", "diskMiB": "disk_mib"}
+_POOL_FIELDS = ("nodes", "max")
 _LOGGING_FIELDS = ("level", "format")
 _REGISTRY_FIELDS = ("host", "plainHTTP", "skipVerify", "mirrors", "credentialsEnv")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -173,7 +226,7 @@ _STORAGE_FIELDS = ("backend", "historyLimit", "compactInterval", "etcd")
 _ETCD_FIELDS = (
     "endpoints", "caFile", "certFile", "keyFile", "keyPrefix", "requestTimeout", "ownerLeaseSeconds",
 )
-_CLUSTER_FIELDS = ("name", "running", "nodes")
+_CLUSTER_FIELDS = ("name", "running", "nodes", "bidder")
 
 
 def load(path: str | None) -> GatewaySpec:
@@ -220,6 +273,7 @@ def parse(document: Any, *, source: str = "spec", base_dir: str = ".") -> Gatewa
         storage_backend=_backend(storage, f"{source}: storage"),
         etcd=_etcd(storage, f"{source}: storage", base_dir),
         node_defaults=_node_defaults(root.get("nodeDefaults", {}), f"{source}: nodeDefaults"),
+        capacity=_capacity(root.get("capacity", {}), f"{source}: capacity"),
         clusters=_clusters(root.get("clusters", []), f"{source}: clusters"),
         log_level=_choice(logging.get("level", ""), f"{source}: logging.level", logs.LEVELS),
         log_format=_choice(logging.get("format", ""), f"{source}: logging.format", logs.FORMATS),
@@ -376,7 +430,36 @@ def _node_defaults(value: Any, where: str) -> NodeDefaults:
 
 def _node_fields(value: Any, where: str) -> dict[str, int]:
     mapping = _mapping(value, where, tuple(_NODE_FIELDS))
-    return {key: _int(mapping[key], f"{where}.{key}", minimum=1) for key in mapping}
+    return {key: _int(mapping[key], f"{where}.{key}", minimum=_NODE_MINIMUMS.get(key, 1)) for key in mapping}
+
+
+def _bidder(value: Any, where: str, *, allow_default: bool = False) -> str:
+    allowed = BIDDERS + (("",) if allow_default else ())
+    if not isinstance(value, str) or value not in allowed:
+        raise SpecError(f"{where}: {value!r} is not a bidder; use {', '.join(BIDDERS)}")
+    return value
+
+
+def _capacity(value: Any, where: str) -> CapacitySpec:
+    fields = _mapping(value, where, _CAPACITY_FIELDS)
+    budget = _mapping(fields.get("hostBudget", {}), f"{where}.hostBudget", tuple(_BUDGET_FIELDS))
+    pool = _mapping(fields.get("warmPool", {}), f"{where}.warmPool", _POOL_FIELDS)
+    cutoff = fields.get("priorityCutoff", 0)
+    if isinstance(cutoff, bool) or not isinstance(cutoff, int):
+        raise SpecError(f"{where}.priorityCutoff: expected an integer priority, got {cutoff!r}")
+    nodes = _int(pool.get("nodes", 0), f"{where}.warmPool.nodes")
+    ceiling = _int(pool.get("max", nodes), f"{where}.warmPool.max")
+    if ceiling < nodes:
+        raise SpecError(f"{where}.warmPool: max ({ceiling}) is below nodes ({nodes}); "
+                        "max is the ceiling pause-pod demand may grow the pool to")
+    warm = WarmPool(nodes, ceiling)
+    return CapacitySpec(
+        bidder=_bidder(fields.get("bidder", "none"), f"{where}.bidder"),
+        priority_cutoff=cutoff,
+        host_budget=HostBudget(**{_BUDGET_FIELDS[k]: _int(budget[k], f"{where}.hostBudget.{k}")
+                                  for k in budget}),
+        warm_pool=warm,
+    )
 
 
 def _clusters(value: Any, where: str) -> tuple[ClusterSpec, ...]:
@@ -396,7 +479,8 @@ def _clusters(value: Any, where: str) -> tuple[ClusterSpec, ...]:
         running = entry.get("running", True)
         if not isinstance(running, bool):
             raise SpecError(f"{here}.running: expected true or false, got {running!r}")
-        clusters.append(ClusterSpec(name, running, _node_fields(entry.get("nodes", {}), f"{here}.nodes")))
+        clusters.append(ClusterSpec(name, running, _node_fields(entry.get("nodes", {}), f"{here}.nodes"),
+                                    _bidder(entry.get("bidder", ""), f"{here}.bidder", allow_default=True)))
     return tuple(clusters)
 
 

@@ -44,6 +44,7 @@ class TenantPlane:
         *,
         limits: fairness.Limits | None = None,
         connections: listener.ConnectionLimits | None = None,
+        on_loaded: Callable[[TenantPlane], None] | None = None,
     ) -> None:
         self.record = record
         # What the operator's view knows of this tenant (observer.py), once its control plane loaded.
@@ -62,6 +63,7 @@ class TenantPlane:
         self._runner: web.AppRunner | None = None
         self._loading: asyncio.Task[None] | None = None
         self._on_nodes_changed = on_nodes_changed
+        self._on_loaded = on_loaded  # the capacity controller starts watching the tenant then
         self.cluster.store.after_write.append(self._watch_nodes)
         self.node_count = 0
 
@@ -118,6 +120,8 @@ class TenantPlane:
         # default/kubernetes points at this listener, as kube-apiserver's endpoint reconciler does.
         await endpoints.publish_apiserver(self.cluster.store, app_mod.loopback_ip(self._address),
                                           self.record.port)
+        if self._on_loaded is not None:
+            self._on_loaded(self)
 
     async def stop(self) -> None:
         """Close the listener (in-flight watches end), then the cluster's controllers."""

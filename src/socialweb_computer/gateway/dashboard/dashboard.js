@@ -83,6 +83,11 @@ function renderCapacity(capacity) {
     return;
   }
   const parts = [];
+  if (capacity.bidder !== undefined) {
+    parts.push(el("p", capacity.bidder === "none" || !capacity.bidder
+      ? "bidder: none (capacity.bidder in the gateway spec): no node is rented"
+      : `bidder: ${capacity.bidder}`));
+  }
   for (const b of capacity.budget) {
     const line = el("div");
     const bar = el("span", undefined, "bar");
