@@ -69,6 +69,7 @@ BOOT_CONCURRENCY = max(2, os.cpu_count() or 1)
 BOOT_TIMEOUT = 180.0  # what a rented node may take to register (a busy host, a microVM under TCG)
 SWEEP_INTERVAL = 5.0  # while nodes are rented: do they all still run?
 STATE_DIR_MARGIN_MIB = 256
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 CONDITION = "Capacity"
 DECISIONS_KEPT = 200
 BOOT_BUCKETS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -235,7 +236,15 @@ def _node_view(node: Object | None) -> tuple[Any, ...]:
         ),
         None,
     )
-    return ready, bool((node.get("spec") or {}).get("unschedulable"))
+    not_ready = any(t.get("key") == NOT_READY_TAINT for t in (node.get("spec") or {}).get("taints") or [])
+    return ready, bool((node.get("spec") or {}).get("unschedulable")), not_ready
+
+
+def _settling(node: Object) -> bool:
+    """A Node that registered but is not schedulable-Ready yet: not Ready, or still carrying the
+    node lifecycle controller's not-ready taint (it goes a moment after Ready)."""
+    ready, _, not_ready = _node_view(node)
+    return ready != "True" or not_ready
 
 
 class CapacityController:
@@ -441,11 +450,12 @@ class CapacityController:
             tenant.idle_since = None
         elif result.state == intent.IDLE and tenant.idle_since is None:
             tenant.idle_since = now
-        for rental in self._rentals_of(name, READY):
-            if rental.name in result.busy_nodes:
-                rental.idle_since = None
-            elif rental.idle_since is None:
-                rental.idle_since = now
+        if result.known:  # (an unknown cluster says nothing of which nodes are idle)
+            for rental in self._rentals_of(name, READY):
+                if rental.name in result.busy_nodes:
+                    rental.idle_since = None
+                elif rental.idle_since is None:
+                    rental.idle_since = now
         if result.known and not nodes.error:
             self._release_due(tenant, now)
         if observed.pods.error or nodes.error:
@@ -514,11 +524,17 @@ class CapacityController:
         tenant.shape = self._shape(tenant)
         pending = [p for p in result.pending if not (p.get("status") or {}).get("nominatedNodeName")]
         bound = [p for p in observed.pods.items if (p.get("spec") or {}).get("nodeName")]
-        booting = len(self._rentals_of(tenant.name, BOOTING))
+        # A node of ours that registered but is not schedulable yet (the not-ready taint is still on
+        # it) is room on its way, as a booting one: planned on the Node, the pods waiting for it
+        # would not fit and a second node would be rented for them (as cluster-autoscaler counts
+        # unready nodes as upcoming).
+        ours = {r.name for r in self._rentals_of(tenant.name, READY)}
+        settling = {n["metadata"]["name"] for n in nodes if n["metadata"]["name"] in ours and _settling(n)}
+        booting = len(self._rentals_of(tenant.name, BOOTING)) + len(settling)
         tenant.planned = plan.plan(
             pending,
             tenant.shape,
-            nodes=nodes,
+            nodes=[n for n in nodes if n["metadata"]["name"] not in settling],
             bound=bound,
             booting=booting,
             daemonsets=observed.daemonsets.items,
