@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from socialweb_computer.api import errors, objects
 from socialweb_computer.apiserver import kinds
@@ -72,7 +72,6 @@ STATE_DIR_MARGIN_MIB = 256
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 CONDITION = "Capacity"
 DECISIONS_KEPT = 200
-BOOT_BUCKETS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 
 # What the tenant hook wakes a sync for (group, plural).
 _WATCHED = {
@@ -265,7 +264,6 @@ class CapacityController:
         self.warm_target = 0
         self.decisions: collections.deque[Decision] = collections.deque(maxlen=DECISIONS_KEPT)
         self.outcomes: collections.Counter[str] = collections.Counter()
-        self.boot_seconds: dict[str, list[float]] = collections.defaultdict(list)
         self.queue = framework.WorkQueue(framework.Clock())
         # The gateway passes gateway.bidding's: bidders as its spec configures them (registries, image).
         self._bidder_factory = bidder_factory or _no_bidder
@@ -745,7 +743,6 @@ class CapacityController:
 
     def _booted(self, tenant: Tenant, rental: Rental) -> None:
         now = self._loop_time()
-        self.boot_seconds[rental.bidder].append(now - rental.started)
         tenant.failures, tenant.backoff_until = 0, 0.0
         if rental.name in self.rentals:
             self._set_state(rental, READY, rental.reason)
@@ -1121,14 +1118,6 @@ class CapacityController:
         for outcome in ("rented", "warm", "refused", "released", "failed"):
             decisions.add_metric((outcome,), self.outcomes.get(outcome, 0))
         yield decisions
-        boots = HistogramMetricFamily(
-            "socialweb_node_boot_duration_seconds", "From a rental to the node's Ready.", labels=("bidder",)
-        )
-        for bidder, seconds in sorted(self.boot_seconds.items()):
-            buckets = [(str(b), sum(1 for s in seconds if s <= b)) for b in BOOT_BUCKETS]
-            buckets.append(("+Inf", len(seconds)))
-            boots.add_metric((bidder,), buckets, sum(seconds))
-        yield boots
 
 
 def _seconds_from_env(name: str, default: float) -> float:
