@@ -183,6 +183,17 @@ def test_the_template_looks_like_the_node_the_agent_will_register() -> None:
     assert SHAPE.group == "sandbox-2cpu-2048mi-8192mi"
 
 
+def test_a_size_at_the_memory_eviction_threshold_is_tainted_as_its_nodes_will_be() -> None:
+    tiny = plan.Shape("sandbox", node_config.Size(1, 64, 1024))
+    assert tiny.template()["spec"]["taints"] == [
+        {"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}
+    ]
+    [placed] = plan.plan([pod("p")], tiny).placed
+    assert placed.where == plan.NO_FIT
+    assert placed.reasons == ("node(s) had untolerated taint {node.kubernetes.io/memory-pressure: }",)
+    assert "taints" not in SHAPE.template()["spec"]
+
+
 def test_nodes_for_placeholders() -> None:
     pause = [pod(f"pause{i}", cpu="1", memory="1Gi", priority=-1) for i in range(3)]
     assert plan.nodes_for(pause, SHAPE) == 3  # 1 GiB each: one per 1948 MiB node

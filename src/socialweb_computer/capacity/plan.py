@@ -36,6 +36,7 @@ from socialweb_computer.node import nodestatus
 
 Object = dict[str, Any]
 TEMPLATE = "template-node"
+MEMORY_PRESSURE_TAINT = {"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}
 
 # What a pending pod came to, in the order a reader would look for them.
 TRIGGERED = "triggered"  # a new node is being rented for it
@@ -69,10 +70,17 @@ class Shape:
             **dict(self.labels),
         }
         ready = {"type": "Ready", "status": "True"}
+        allocatable = nodestatus.allocatable(self.size)
+        spec: Object = {}
+        if (self.size.mem_mib << 20) <= nodestatus.MEMORY_EVICTION_BYTES:
+            # Memory at or below the eviction threshold: the agent reports MemoryPressure from the
+            # start and the node lifecycle controller taints it, so no pod without a toleration
+            # would run there (renting one would only rent it again after the hold).
+            spec["taints"] = [dict(MEMORY_PRESSURE_TAINT)]
         return {
             "metadata": {"name": TEMPLATE, "labels": labels},
-            "spec": {},
-            "status": {"allocatable": nodestatus.allocatable(self.size), "conditions": [ready]},
+            "spec": spec,
+            "status": {"allocatable": allocatable, "conditions": [ready]},
         }
 
 
