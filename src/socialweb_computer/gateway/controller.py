@@ -422,7 +422,11 @@ class ClusterController:
             on_loaded=self._tenant_loaded,
         )
 
-    def _tenant_loaded(self, tenant: tenants.TenantPlane) -> None:
+    def _tenant_loaded(self, tenant: Any) -> None:
+        # Only a tenant served in this process has a store capacity can watch (a worker's tenant is a
+        # RemoteTenant; a gateway with workers and a bidder refuses to start, runtime.py).
+        if not isinstance(tenant, tenants.TenantPlane):
+            return
         if self.capacity is not None and self.tenants.get(tenant.record.name) is tenant:
             self.capacity.attach(tenant.record.name, tenant.cluster.store, tenant.record.url)
 
