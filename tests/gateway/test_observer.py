@@ -181,3 +181,37 @@ def test_node_boots_are_timed_from_the_bidders_record(tmp_path: Path) -> None:
 def test_bidder_label_values_are_bounded() -> None:
     assert [observer.bidder_label(v) for v in ("sandbox", "qemu", "", "x" * 60)] == [
         "sandbox", "qemu", "unknown", "other"]
+
+
+def _capacity_event(name: str, reason: str, message: str, uid: str = "") -> dict:
+    return {"metadata": {"namespace": "ns", "name": f"{name}.{reason.lower()}"}, "type": "Normal",
+            "reason": reason, "message": message, "count": 1,
+            "involvedObject": {"kind": "Pod", "namespace": "ns", "name": name, "uid": uid}}
+
+
+def test_what_capacity_says_of_a_waiting_pod() -> None:
+    from socialweb_computer.capacity import wording
+
+    v = view()
+    unschedulable = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                      "message": "0/0 nodes are available."}]
+    v.on_write(PODS, "ADDED", pod("job", conditions=unschedulable), None)
+    v.on_write(PODS, "ADDED", pod("big", conditions=unschedulable), None)
+    v.on_write(PODS, "ADDED", pod("running", phase="Running", node="n1"), None)
+    up = wording.scale_up("sandbox-2cpu-2048mi-4096mi", 0, 1, 10)
+    v.on_write(EVENTS, "ADDED", _capacity_event("job", wording.TRIGGERED_SCALE_UP, up), None)
+    refused = wording.no_scale_up([wording.HOST_BUDGET])
+    v.on_write(EVENTS, "ADDED", _capacity_event("big", wording.NOT_TRIGGER_SCALE_UP, refused), None)
+    # Another pod that once had this name, or one that does not wait: not this row's word.
+    v.on_write(EVENTS, "ADDED", _capacity_event("big", wording.FAILED_TO_SCALE_UP, "x", uid="other"), None)
+    v.on_write(EVENTS, "ADDED", _capacity_event("running", wording.TRIGGERED_SCALE_UP, up), None)
+    reasons = {p.name: p.reason for p in v.pending()}
+    assert reasons == {"job": f"0/0 nodes are available.; {up}",
+                       "big": "0/0 nodes are available.; pod didn't trigger scale-up: 1 host budget reached"}
+    # A status write keeps the word; once bound to the rented node the node's own word is shown.
+    v.on_write(PODS, "MODIFIED", pod("job", conditions=unschedulable), None)
+    assert {p.name: p.capacity for p in v.pending()}["job"] == up
+    v.on_write(PODS, "MODIFIED", pod("job", node="sandbox-x1"), None)
+    bound = {p.name: p.reason for p in v.pending()}["job"]
+    assert bound == "scheduled to sandbox-x1; waiting for the node to start it"
+    assert v.pods[("ns", "running")].capacity == ""

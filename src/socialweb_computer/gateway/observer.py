@@ -34,6 +34,7 @@ import orjson
 from socialweb_computer.apiserver import kinds
 from socialweb_computer.apiserver import store as store_mod
 from socialweb_computer.bidders import base as bidders
+from socialweb_computer.capacity import wording
 from socialweb_computer.storage import base as storage
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ BOOT_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # A Node's bidder label is written by whoever registers the Node (a tenant admin may relabel
 # it), so as a metric label only the bidders this project has are values; others are "other".
 BIDDERS = ("sandbox", "qemu")
+# The capacity controller's Events on a pod, in cluster-autoscaler's reasons (capacity/wording.py).
+CAPACITY_POD_REASONS = frozenset((wording.TRIGGERED_SCALE_UP, wording.NOT_TRIGGER_SCALE_UP,
+                                  wording.FAILED_TO_SCALE_UP))
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 _PHASE_ORDER = {phase: i for i, phase in enumerate(POD_PHASES)}
 
@@ -86,6 +90,16 @@ class PodRow:
     node: str
     created: str
     waiting: str  # why a Pending pod waits ("" once it runs)
+    capacity: str = ""  # what the capacity controller last said of it (its scale-up Event's message)
+    uid: str = ""
+
+    @property
+    def reason(self) -> str:
+        """Why it waits, as the dashboard and `status` say it: the scheduler's word, and while no
+        node is bound what capacity does about it (`pod triggered scale-up: ...`)."""
+        if self.capacity and not self.node:
+            return f"{self.waiting}; {self.capacity}"
+        return self.waiting
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -318,6 +332,8 @@ class TenantView:
             node=node,
             created=meta.get("creationTimestamp", ""),
             waiting=_waiting_reason(status, node) if phase == "Pending" else "",
+            capacity=earlier.capacity if (earlier := self.pods.get(key)) is not None else "",
+            uid=meta.get("uid", ""),
         )
         if self.pods.get(key) == row:
             return False
@@ -337,6 +353,8 @@ class TenantView:
         involved = event.get("involvedObject", {})
         meta = event.get("metadata", {})
         key = (self.cluster, meta.get("namespace", ""), meta.get("name", ""))
+        if involved.get("kind") == "Pod" and event.get("reason") in CAPACITY_POD_REASONS:
+            self._take_capacity_word(involved, str(event.get("message", "")))
         self._events.add(EventRow(
             cluster=self.cluster,
             namespace=meta.get("namespace", ""),
@@ -348,6 +366,15 @@ class TenantView:
             time=event.get("lastTimestamp") or event.get("eventTime") or
             meta.get("creationTimestamp", ""),
         ), key if key[2] else ())
+
+
+    def _take_capacity_word(self, involved: Object, message: str) -> None:
+        key = (involved.get("namespace", ""), involved.get("name", ""))
+        row = self.pods.get(key)
+        if row is None or row.phase != "Pending" or (involved.get("uid") and involved.get("uid") != row.uid):
+            return  # a pod this view does not hold (deleted, or an earlier pod of that name)
+        self.pods[key] = dataclasses.replace(row, capacity=message[:MESSAGE_LIMIT])
+        self._changes.bump()
 
 
 def _waiting_reason(status: Object, node: str) -> str:

@@ -7,7 +7,8 @@
     store     backend, sizeBytes, revision, compactedRevision, watches, commits{count, meanSeconds}
     clusters  name, phase, url, running, nodes, pods{phase: n}, pending
     nodes     cluster, name, ready, bidder, size, cpu, memory, disk, image, created, pods there
-    pending   cluster, namespace, name, created, node, reason (why it waits: observer.py)
+    pending   cluster, namespace, name, created, node, reason (why it waits: observer.py),
+              capacity (the capacity controller's last word on it)
     events    time, cluster, namespace, type, reason, object, message, count
     capacity  null until a capacity controller registers (capacityview.py), then its snapshot
 
@@ -64,7 +65,8 @@ def build(
                 f"{p.namespace}/{p.name}" for p in view.pods_on(node.name)]})
         for pod in view.pending():
             pending_rows.append({"cluster": name, "namespace": pod.namespace, "name": pod.name,
-                                 "created": pod.created, "node": pod.node, "reason": pod.waiting})
+                                 "created": pod.created, "node": pod.node, "reason": pod.reason,
+                                 "capacity": pod.capacity})
     pending_rows.sort(key=lambda p: (p["created"], p["cluster"], p["namespace"], p["name"]))
     return {
         "generatedAt": now(),
