@@ -1,7 +1,7 @@
 """The operator's view of a host with a real node: dashboard (headless Chromium), `status`, `/metrics`.
 
-A gateway with two clusters; a sandbox node started for `ci` through its bidder (what the
-capacity controller will call; until that controller exists the capacity panel says so);
+A gateway with two clusters; a sandbox node started for `ci` through its bidder by hand (what
+the capacity controller calls; the gateway's own runs with no bidder here, and says so);
 in `ci` a pod running on the node, a pod no node can take (it waits for the scheduler)
 and a pod whose image does not exist (it waits on the node). Each of the three readers
 must show the node (bidder, size, image, what runs there), both waiting pods with why they
@@ -99,7 +99,10 @@ def _with_a_node(gw: gateway_mod.GatewayProcess, tenant: Tenant, node: str, regi
                  image: str, tmp_path: Path) -> None:
     ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
     wait_for(f"node {node} Ready", lambda: tenant.kubectl("get", "node", node, "-o", ready).stdout == "True")
-    os_image = tenant.kubectl("get", "node", node, "-o", "jsonpath={.status.nodeInfo.osImage}").stdout
+    # The image the bidder labels its node with (a sandbox node: the host's), else the OS the node reports.
+    os_image = (tenant.kubectl("get", "node", node, "-o",
+                               r"jsonpath={.metadata.labels.socialweb\.computer/image}").stdout
+                or tenant.kubectl("get", "node", node, "-o", "jsonpath={.status.nodeInfo.osImage}").stdout)
     ns = tenant.namespace()
     requests = {"requests": {"cpu": "999"}}
     huge = json.dumps({"spec": {"containers": [{"name": "huge", "image": image, "resources": requests}]}})
@@ -166,7 +169,8 @@ def _with_a_node(gw: gateway_mod.GatewayProcess, tenant: Tenant, node: str, regi
         clusters_text = text_of(browser, "clusters")
         assert "2 Pending, 1 Running" in clusters_text and "dev Ready" in clusters_text
         assert "1/1" in text_of(browser, "summary")
-        assert "no capacity controller" in text_of(browser, "capacity")
+        # The gateway's own capacity controller runs with no bidder: it rents nothing, and says so.
+        assert "bidder: none" in text_of(browser, "capacity")
         page = browser.page_source
         assert "PRIVATE KEY" not in page and "kubeconfig" not in page.lower()
         for secret in browser_mod.secret_lines(gw.state_dir):
