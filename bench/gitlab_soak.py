@@ -50,8 +50,7 @@ import node_bench
 from socialweb_computer.bidders import base, sandbox
 from socialweb_computer.testing import gateway as gateway_mod
 from socialweb_computer.testing import gitlab_runner as gr
-from socialweb_computer.testing import images, seed
-from socialweb_computer.testing import server as server_mod
+from socialweb_computer.testing import images
 
 SIZE = {"vcpu": 1, "memMiB": 1024, "rootfsMiB": 1024}
 SCRIPT = "echo soak job {job} on {tenant}\nid -u\nls /builds >/dev/null"
@@ -121,22 +120,6 @@ class Sampler:
             tick += 1
 
 
-def _runner(
-    gateway: gateway_mod.GatewayProcess, cluster: str, image: str, helper: str, work: Path
-) -> gr.Runner:
-    """Seed step 4's credential, step 5's RBAC, 02's config.toml section: as the pages have them."""
-    out_dir = work / f"etc-{cluster}"
-    script = seed.mint_script(str(gateway.state_dir), str(gateway.kubeconfig), str(out_dir), cluster)
-    env = gateway.tool_env({"PATH": f"{server_mod.TOOLS_BIN}:{Path(sys.executable).parent}:/usr/bin:/bin"})
-    subprocess.run(["bash", "-euo", "pipefail", "-c", script], check=True, capture_output=True, env=env)
-    gateway.kubectl_with(
-        gateway.tenant_kubeconfig(cluster), "apply", "-f", "-", input=seed.runner_rbac_yaml()
-    )
-    toml = seed.runner_config_toml(gateway.cluster_url(cluster), str(out_dir), image, helper)
-    credential, config = gr.from_config_toml(toml)
-    return gr.Runner(credential, config, work / f"runner-{cluster}")
-
-
 def _no_nodes(gateway: gateway_mod.GatewayProcess, clusters: list[str]) -> bool:
     for cluster in clusters:
         listed = gateway.kubectl_with(gateway.tenant_kubeconfig(cluster), "get", "nodes", "-o", "name")
@@ -164,7 +147,7 @@ def soak(root: Path, jobs: int, tenants: int, hold: int) -> dict[str, Any]:
             with gateway_mod.GatewayProcess.start(state, spec, timeout=90) as gateway:
                 for cluster in clusters:
                     gateway.wait_phase(cluster, "Ready", timeout=90)
-                runners = {c: _runner(gateway, c, image, helper, root) for c in clusters}
+                runners = {c: gr.for_cluster(gateway, c, image, helper, root) for c in clusters}
                 results: dict[str, list[gr.JobResult]] = {c: [] for c in clusters}
 
                 def run_share(index: int, cluster: str) -> None:

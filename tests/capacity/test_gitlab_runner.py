@@ -16,14 +16,11 @@ that after its job no node remains. The same path on the QEMU bidder is in tests
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,7 +28,6 @@ from socialweb_computer import testing
 from socialweb_computer.testing import gateway as gateway_mod
 from socialweb_computer.testing import gitlab_runner as gr
 from socialweb_computer.testing import images, nodes, seed
-from socialweb_computer.testing import server as server_mod
 
 from .conftest import SMALL_NODE, Capacity, _node_names, leaks, stop_every_node, wait
 
@@ -77,26 +73,6 @@ def helper_image(registry: images.Registry) -> str:
     return registry.push(gr.helper_image(), "test/gitlab-runner-helper:1")
 
 
-def _mint(gateway: gateway_mod.GatewayProcess, cluster: str, out_dir: Path) -> None:
-    script = seed.mint_script(str(gateway.state_dir), str(gateway.kubeconfig), str(out_dir), cluster)
-    env = gateway.tool_env({"PATH": f"{server_mod.TOOLS_BIN}:{Path(sys.executable).parent}:/usr/bin:/bin"})
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr
-    tenant_admin = gateway.tenant_kubeconfig(cluster)
-    gateway.kubectl_with(tenant_admin, "apply", "-f", "-", input=seed.runner_rbac_yaml())
-
-
-def _runner(gateway, cluster: str, image: str, helper_image: str, tmp: Path, **overrides: Any) -> gr.Runner:
-    """A runner configured by 02's config.toml section, as the page has it, for this cluster."""
-    out_dir = tmp / f"etc-{cluster}"
-    if not out_dir.exists():
-        _mint(gateway, cluster, out_dir)
-    toml = seed.runner_config_toml(gateway.cluster_url(cluster), str(out_dir), image, helper_image)
-    credential, config = gr.from_config_toml(toml)
-    config = dataclasses.replace(config, **overrides)
-    return gr.Runner(credential, config, tmp / f"runner-{cluster}-{len(overrides)}")
-
-
 @pytest.fixture(scope="module")
 def credentials(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("runner")
@@ -104,7 +80,7 @@ def credentials(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def runner(gateway, image, helper_image, credentials: Path) -> Iterator[gr.Runner]:
-    made = _runner(gateway, "ci", image, helper_image, credentials)
+    made = gr.for_cluster(gateway, "ci", image, helper_image, credentials)
     yield made
     made.close()
 
@@ -191,7 +167,7 @@ def test_a_job_whose_pod_cannot_start(
 ) -> None:
     # poll_timeout is the runner's 180 s by default; a short one keeps the suite short (the node
     # is rented within it, then the image cannot be pulled).
-    quick = _runner(gateway, "ci", image, helper_image, credentials, poll_timeout=40)
+    quick = gr.for_cluster(gateway, "ci", image, helper_image, credentials, poll_timeout=40)
     try:
         result = quick.run(gr.Job(image=f"{registry.host}/test/does-not-exist:1", script="true", job_id=5))
     finally:
@@ -239,7 +215,7 @@ def test_two_jobs_at_once_on_one_tenant(runner: gr.Runner, cap: Capacity, image:
 def test_jobs_on_two_tenants_whose_credentials_do_not_cross(
     gateway, runner: gr.Runner, helper_image, cap: Capacity, image: str, credentials: Path, tmp_path: Path
 ) -> None:
-    other = _runner(gateway, "other", image, helper_image, credentials)
+    other = gr.for_cluster(gateway, "other", image, helper_image, credentials)
     try:
         results: dict[str, gr.JobResult] = {}
         threads = [

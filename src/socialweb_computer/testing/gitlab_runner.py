@@ -42,6 +42,7 @@ import secrets
 import shlex
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import tomllib
@@ -55,7 +56,7 @@ from kubernetes import watch as k8s_watch
 
 from socialweb_computer import netio
 from socialweb_computer.node.streaming import spdy
-from socialweb_computer.testing import images
+from socialweb_computer.testing import images, seed
 from socialweb_computer.testing import server as server_mod
 
 GITLAB_RUNNER_VERSION = "18.5"  # the executor whose behaviour this follows
@@ -215,6 +216,33 @@ def from_config_toml(text: str) -> tuple[Credential, RunnerConfig]:
         if field.name in kubernetes
     }
     return Credential(server=kubernetes["host"], directory=files.pop()), RunnerConfig(**settings)
+
+
+def for_cluster(
+    gateway: Any, cluster: str, image: str, helper: str, work_dir: Path, **overrides: Any
+) -> Runner:
+    """A runner for one of `gateway`'s clusters, set up as the operator pages say: the credential
+    minted by 01 step 4's command into `work_dir/etc-<cluster>` (once), step 5's RBAC applied
+    with the tenant's admin credential, the settings from 02's config.toml section (`overrides`
+    replace some of them). `gateway` is a `testing.gateway.GatewayProcess`."""
+    out_dir = work_dir / f"etc-{cluster}"
+    if not out_dir.exists():
+        script = seed.mint_script(str(gateway.state_dir), str(gateway.kubeconfig), str(out_dir), cluster)
+        path = f"{server_mod.TOOLS_BIN}:{Path(sys.executable).parent}:/usr/bin:/bin"
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
+            env=gateway.tool_env({"PATH": path}),
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"seed step 4 failed for cluster {cluster}: {done.stderr}")
+        gateway.kubectl_with(
+            gateway.tenant_kubeconfig(cluster), "apply", "-f", "-", input=seed.runner_rbac_yaml()
+        )
+    toml = seed.runner_config_toml(gateway.cluster_url(cluster), str(out_dir), image, helper)
+    credential, config = from_config_toml(toml)
+    config = dataclasses.replace(config, **overrides)
+    suffix = "-".join(f"{k}-{v}" for k, v in sorted(overrides.items()))
+    return Runner(credential, config, work_dir / f"runner-{cluster}{'-' + suffix if suffix else ''}")
 
 
 class Runner:
