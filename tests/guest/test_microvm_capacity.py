@@ -27,7 +27,7 @@ from socialweb_computer.testing import images, nodes
 
 from .conftest import TEST_SIZE, share_images
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # the agent binary and image may be built here
 
 
 def _wait(predicate: Callable[[], Any], what: str, timeout: float) -> Any:
