@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,3 +184,19 @@ def microvm_node(
         yield handle
     finally:
         asyncio.run(bidder.stop(handle.name))
+
+
+def wait(predicate: Any, what: str, timeout: float = 300.0) -> Any:
+    """`predicate()` once it is truthy (an exception counts as not yet), polled each second."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except Exception as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(1.0)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")

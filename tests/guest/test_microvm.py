@@ -22,10 +22,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -38,7 +36,7 @@ from socialweb_computer.node import oci
 from socialweb_computer.testing import gateway as gateway_mod
 from socialweb_computer.testing import images, nodes
 
-from .conftest import MISSING_HOST
+from .conftest import MISSING_HOST, wait
 
 # The first test's setup builds the agent binary and the run's image, and each boot under TCG on
 # a busy 2-core machine takes minutes: far beyond the suite's default per-test timeout.
@@ -47,21 +45,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 def kubectl(gw: gateway_mod.GatewayProcess, *args: str, check: bool = True, timeout: float = 60) -> str:
     return gw.kubectl_with(gw.tenant_kubeconfig("ci"), *args, check=check, timeout=timeout).stdout
-
-
-def wait(predicate: Any, what: str, timeout: float = 300.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except Exception as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(1.0)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def ready(gw: gateway_mod.GatewayProcess, node: str) -> str:

@@ -12,10 +12,8 @@ such as the issue's ten.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,24 +23,9 @@ from socialweb_computer.testing import gateway as gateway_mod
 from socialweb_computer.testing import gitlab_runner as gr
 from socialweb_computer.testing import images, nodes
 
-from .conftest import TEST_SIZE, share_images
+from .conftest import TEST_SIZE, share_images, wait
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # the agent binary and image may be built here
-
-
-def _wait(predicate: Callable[[], Any], what: str, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-        except Exception as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(1.0)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def test_a_gitlab_runner_job_rents_a_microvm_node_and_the_hold_releases_it(
@@ -107,7 +90,7 @@ def _check_rented_and_released(
     assert '"socialweb.computer/managed-by":"capacity"' in labels
     events = kubectl("get", "events", "-n", "gitlab-runner", "--field-selector", f"involvedObject.name={pod}")
     assert "TriggeredScaleUp" in events and "qemu-2cpu-1024mi-1024mi 0->1" in events
-    _wait(
+    wait(
         lambda: kubectl("get", "nodes", "-o", "name") == "" and not base.read_records(state, "qemu"),
         "the microVM node released",
         300,

@@ -16,7 +16,8 @@ from socialweb_computer.bidders import base
 from socialweb_computer.testing import gateway as gateway_mod
 from socialweb_computer.testing import nodes
 
-from .test_microvm import qemu_processes, wait
+from .conftest import wait
+from .test_microvm import qemu_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # the first boot may happen here
 
