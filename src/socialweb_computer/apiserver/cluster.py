@@ -24,6 +24,13 @@ from socialweb_computer.apiserver import (
     streaming,
     webhooks,
 )
+from socialweb_computer.apiserver.admission import (
+    lifecycle,
+    limitranger,
+    podsecurity,
+    resourcequota,
+    serviceaccount,
+)
 from socialweb_computer.apiserver.streaming import logs as streaming_logs
 from socialweb_computer.apiserver.streaming import proxy as streaming_proxy
 from socialweb_computer.apiserver.streaming import remote as streaming_remote
@@ -46,7 +53,8 @@ class LogicalCluster:
     def __init__(self, name: str, backend: storage.Backend, *, keys: tokens.KeySet | None = None,
                  root_ca_pem: bytes = b"", client_ca: tuple[str, str] | None = None,
                  limits: fairness.Limits | None = None,
-                 on_problems_changed: Callable[[], None] | None = None) -> None:
+                 on_problems_changed: Callable[[], None] | None = None,
+                 pod_security: podsecurity.Config | None = None) -> None:
         from socialweb_computer.apiserver import subresources
 
         self.name = name
@@ -70,6 +78,18 @@ class LogicalCluster:
         self.default_classes = defaultclass.DefaultClassAdmission(self.store)
         self.webhooks = webhooks.WebhookAdmission(self.store)
         self.store.webhooks = self.webhooks
+        self.limit_ranger = limitranger.LimitRanger(self.store)
+        self.quota = resourcequota.ResourceQuota(self.store)
+        self.pod_security = podsecurity.PodSecurity(self.store, pod_security or podsecurity.Config(),
+                                                    policy.current_username)
+        # kube-apiserver's default order; Priority runs as a before-write hook between the two phases.
+        self.store.admission = admission.Chain([
+            lifecycle.NamespaceLifecycle(self.store),
+            self.limit_ranger,
+            serviceaccount.ServiceAccountAdmission(self.store),
+            self.pod_security,
+            self.quota,
+        ])
         self.namespaces = namespaces.NamespaceController(self.store)
         from socialweb_computer.controllers import manager as controllers
 
@@ -92,14 +112,17 @@ class LogicalCluster:
         await self.priority.start()
         await self.default_classes.start()
         await self.webhooks.start()
+        await self.limit_ranger.start()
         await self._ensure_namespaces()
         await self.namespaces.start()
         await self.token_secrets.start()
         if self.root_ca is not None:
             await self.root_ca.start()
         await self.controllers.start()
+        await self.quota.start()
 
     async def close(self) -> None:
+        await self.quota.close()
         await self.auth.close()
         await self.token_secrets.close()
         if self.root_ca is not None:

@@ -4,11 +4,16 @@ One `Store` serves one logical cluster. Every kind goes through the same code; w
 differs per kind comes from its `KindInfo` row and its `Strategy`. The write path runs
 the hooks in a fixed order:
 
-    decode (Go types: `typecheck`; unknown fields) → admission (before_write)
-           → defaults (strategy.default, strategy.prepare_*) → mutating webhooks (`webhooks`)
+    decode (Go types: `typecheck`; unknown fields) → mutating admission (the chain, then
+           before_write) → defaults (strategy.default, strategy.prepare_*)
+           → mutating webhooks (`webhooks`)
            → validate (metadata, strategy, required fields, field rules, CRD schema)
-           → Go's omitempty (gojson) → validating webhooks → managedFields → stored-size check
+           → Go's omitempty (gojson) → managedFields → validating admission (the chain,
+             with the validating webhooks just before ResourceQuota, as upstream orders them)
+           → stored-size check
            → compare-and-swap write (skipped under dryRun=All)
+
+Admission is `self.admission` (apiserver.admission.Chain), set by LogicalCluster.
 
 Objects are stored as JSON without `metadata.resourceVersion`; the store fills it in
 from the revision of the last write when it reads.
@@ -149,6 +154,10 @@ def _still_there(kind: kinds.KindInfo, name: str) -> Iterator[None]:
         raise errors.not_found(kind.plural, name, kind.group) from None
 
 
+def _merge_warnings(first: list[str], second: list[str]) -> list[str]:
+    return first + [w for w in second if w not in first]
+
+
 def encode_for_storage(kind: kinds.KindInfo, obj: Object) -> bytes:
     """`stored.encode`, refusing what may not be stored: more than a request body may carry
     (413), or nesting deeper than the encoder goes (400); neither can come from a body we decoded."""
@@ -216,6 +225,9 @@ class Store:
         self._event_cache: watching.EventCache | None = None
         # The cluster's share of the gateway (object and pod counts); None: unlimited.
         self.budget: fairness.Budget | None = None
+        # The admission chain (apiserver.admission); set by LogicalCluster. None: no plugins, and
+        # creates only check that their namespace exists and is not terminating.
+        self.admission: Any = None
 
     # ---------------------------------------------------------------- helpers
 
@@ -257,6 +269,15 @@ class Store:
                 hook(kind, event, new, old)
             except Exception:  # a broken hook must never fail an acknowledged write
                 log.exception("after-write hook failed for %s", kind.plural)
+
+    def _admission_request(self, kind: kinds.KindInfo, operation: str, namespace: str, name: str,
+                           new: Object | None, old: Object | None, options: WriteOptions) -> Any:
+        if self.admission is None:
+            return None
+        from socialweb_computer.apiserver import admission
+
+        return admission.Request(kind, operation, namespace if kind.namespaced else "", name, new, old,
+                                 subresource=options.subresource, dry_run=options.dry_run)
 
     def _admit(self, kind: kinds.KindInfo, new: Object, old: Object | None, options: WriteOptions) -> None:
         token = ADMITTING_DRY_RUN.set(options.dry_run)
@@ -330,7 +351,8 @@ class Store:
             raise errors.not_found(kind.plural, name, kind.group)
         return kv
 
-    async def _require_namespace(self, kind: kinds.KindInfo, namespace: str, name: str) -> None:
+    async def require_namespace(self, kind: kinds.KindInfo, namespace: str, name: str) -> None:
+        """404 for a namespace that does not exist, 403 for one being terminated (NamespaceLifecycle)."""
         if not kind.namespaced:
             return
         ns_kind = self.registry.lookup("", "v1", "namespaces")
@@ -428,6 +450,10 @@ class Store:
             meta.pop("namespace", None)
         if meta.get("resourceVersion"):
             raise errors.bad_request("resourceVersion should not be set on objects to be created")
+        # Admission sees the object before its name is generated (refusals name it by generateName).
+        request = self._admission_request(kind, "CREATE", namespace, meta.get("name", ""), obj, None, options)
+        if request is not None:
+            await self.admission.admit(request)
         self._admit(kind, obj, None, options)
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = objects.generate_name(meta["generateName"])
@@ -448,26 +474,38 @@ class Store:
         meta = objects.meta(obj)
         self._validate(kind, strategy, obj, None)
         self._go_round_trip(kind, obj)
-        await self._validating_webhooks(kind, "CREATE", obj, None, options)
-        if kind.namespaced and namespace:
-            await self._require_namespace(kind, namespace, meta["name"])
+        if request is None:
+            await self._validating_webhooks(kind, "CREATE", obj, None, options)
+            if kind.namespaced and namespace:
+                await self.require_namespace(kind, namespace, meta["name"])
         if options.field_manager:
             self._track(self.storage_kind(kind), None, obj, options)
-        value = encode_for_storage(self.storage_kind(kind), obj)
-        if self.budget is not None:
-            await self.budget.admit_create(kind.group, kind.plural, meta["name"])
-        if options.dry_run:
-            if await self.backend.get(self.key(kind, namespace, meta["name"])) is not None:
-                raise errors.already_exists(kind.plural, meta["name"], kind.group)
-            return WriteResult(self._finish(kind, obj), created=True, warnings=warnings)
+        if request is not None:
+            await self.admission.validate(
+                request, before_quota=lambda: self._validating_webhooks(kind, "CREATE", obj, None, options)
+            )
+            warnings = _merge_warnings(warnings, request.warnings)
+        written_ok = False
         try:
-            with _writing():
-                written = await self.backend.create(self.key(kind, namespace, meta["name"]), value)
-        except storage.KeyExistsError:
-            raise errors.already_exists(kind.plural, meta["name"], kind.group) from None
-        meta["resourceVersion"] = str(written.kv.mod_revision)
-        self._notify(kind, "ADDED", self._typed(kind, obj), None)
-        return WriteResult(self._finish(kind, obj), created=True, warnings=warnings)
+            value = encode_for_storage(self.storage_kind(kind), obj)
+            if self.budget is not None:
+                await self.budget.admit_create(kind.group, kind.plural, meta["name"])
+            if options.dry_run:
+                if await self.backend.get(self.key(kind, namespace, meta["name"])) is not None:
+                    raise errors.already_exists(kind.plural, meta["name"], kind.group)
+                return WriteResult(self._finish(kind, obj), created=True, warnings=warnings)
+            try:
+                with _writing():
+                    written = await self.backend.create(self.key(kind, namespace, meta["name"]), value)
+            except storage.KeyExistsError:
+                raise errors.already_exists(kind.plural, meta["name"], kind.group) from None
+            written_ok = True
+            meta["resourceVersion"] = str(written.kv.mod_revision)
+            self._notify(kind, "ADDED", self._typed(kind, obj), None)
+            return WriteResult(self._finish(kind, obj), created=True, warnings=warnings)
+        finally:
+            if request is not None:
+                self.admission.finish(request, written=written_ok)
 
     @staticmethod
     def _tracks_generation(kind: kinds.KindInfo) -> bool:
@@ -613,7 +651,7 @@ class Store:
                 if expected or attempt == _UNCONDITIONAL_CAS_RETRIES - 1:
                     raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT) from None
                 continue
-            result.warnings = warnings
+            result.warnings = _merge_warnings(warnings, result.warnings)
             return result
         raise AssertionError("unreachable")
 
@@ -691,6 +729,9 @@ class Store:
                     kind.group,
                 )
         strategy = strategies.for_kind(kind.group, kind.kind)
+        request = self._admission_request(kind, "UPDATE", namespace, meta.get("name", ""), new, old, options)
+        if request is not None:
+            await self.admission.admit(request)
         self._admit(kind, new, old, options)
         strategy.default(new)
         if not options.subresource:
@@ -703,7 +744,8 @@ class Store:
         meta = objects.meta(new)
         self._validate(kind, strategy, new, old, subresource=options.subresource)
         self._go_round_trip(kind, new)
-        await self._validating_webhooks(kind, "UPDATE", new, old, options)
+        if request is None:
+            await self._validating_webhooks(kind, "UPDATE", new, old, options)
         if self._tracks_generation(kind):
             generation = old_meta.get("generation", 1)
             if self._spec_changed(kind, new, old):
@@ -712,24 +754,39 @@ class Store:
         if options.field_manager:
             self._track(self.storage_kind(kind), old, new, options)
         if self._same(new, old):
+            if request is not None:
+                await self._validating_webhooks(kind, "UPDATE", new, old, options)
             return WriteResult(self._finish(kind, old))
-        value = encode_for_storage(self.storage_kind(kind), new)
-        if options.dry_run:
-            return WriteResult(self._finish(kind, new))
-        if (old_meta.get("deletionTimestamp") and not meta.get("finalizers") and not
-                meta.get("deletionGracePeriodSeconds")
-                and not strategies.for_kind(kind.group, kind.kind).holds_deletion(new)):
-            # The last finalizer is gone (and no graceful deletion is pending): the object goes now.
+        warnings: list[str] = []
+        if request is not None:
+            await self.admission.validate(
+                request, before_quota=lambda: self._validating_webhooks(kind, "UPDATE", new, old, options)
+            )
+            warnings = list(request.warnings)
+        written_ok = False
+        try:
+            value = encode_for_storage(self.storage_kind(kind), new)
+            if options.dry_run:
+                return WriteResult(self._finish(kind, new), warnings=warnings)
+            if (old_meta.get("deletionTimestamp") and not meta.get("finalizers") and not
+                    meta.get("deletionGracePeriodSeconds")
+                    and not strategies.for_kind(kind.group, kind.kind).holds_deletion(new)):
+                # The last finalizer is gone (and no graceful deletion is pending): the object goes now.
+                with _writing(), _still_there(kind, meta.get("name", "")):
+                    deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
+                written_ok = True
+                meta["resourceVersion"] = str(deleted.revision)
+                self._notify(kind, "DELETED", None, self._typed(kind, new))
+                return WriteResult(self._finish(kind, new), warnings=warnings)
             with _writing(), _still_there(kind, meta.get("name", "")):
-                deleted = await self.backend.delete(kv.key, expected_revision=kv.mod_revision)
-            meta["resourceVersion"] = str(deleted.revision)
-            self._notify(kind, "DELETED", None, self._typed(kind, new))
-            return WriteResult(self._finish(kind, new))
-        with _writing(), _still_there(kind, meta.get("name", "")):
-            written = await self.backend.update(kv.key, value, expected_revision=kv.mod_revision)
-        meta["resourceVersion"] = str(written.kv.mod_revision)
-        self._notify(kind, "MODIFIED", self._typed(kind, new), self._typed(kind, old))
-        return WriteResult(self._finish(kind, new))
+                written = await self.backend.update(kv.key, value, expected_revision=kv.mod_revision)
+            written_ok = True
+            meta["resourceVersion"] = str(written.kv.mod_revision)
+            self._notify(kind, "MODIFIED", self._typed(kind, new), self._typed(kind, old))
+            return WriteResult(self._finish(kind, new), warnings=warnings)
+        finally:
+            if request is not None:
+                self.admission.finish(request, written=written_ok)
 
     @staticmethod
     def _spec_changed(kind: kinds.KindInfo, new: Object, old: Object) -> bool:
@@ -822,7 +879,7 @@ class Store:
                 if attempt == _UNCONDITIONAL_CAS_RETRIES - 1:
                     raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT) from None
                 continue
-            result.warnings = warnings
+            result.warnings = _merge_warnings(warnings, result.warnings)
             return result
         raise AssertionError("unreachable")
 
@@ -876,7 +933,7 @@ class Store:
                     if e.reason == "AlreadyExists" and attempt < _UNCONDITIONAL_CAS_RETRIES - 1:
                         continue
                     raise
-                result.warnings = warnings
+                result.warnings = _merge_warnings(warnings, result.warnings)
                 return result
             problem = self.type_error(kind, new)
             if problem:
@@ -890,7 +947,7 @@ class Store:
                 )
             except storage.RevisionMismatchError:
                 continue
-            result.warnings = warnings
+            result.warnings = _merge_warnings(warnings, result.warnings)
             return result
         raise errors.conflict(kind.plural, name, kind.group, errors.STALE_OBJECT)
 
@@ -938,12 +995,17 @@ class Store:
     ) -> tuple[Object, int]:
         """Delete or start deleting. Returns the object (or a Status) and the HTTP code."""
         await fairness.controller_write()
-        for _attempt in range(_UNCONDITIONAL_CAS_RETRIES):
+        for attempt in range(_UNCONDITIONAL_CAS_RETRIES):
             kv = await self._get_kv(kind, namespace, name)
             obj = self._typed(kind, decode(kv))  # stored form; the reply is `_finish`ed
             meta = obj["metadata"]
             for hook in self.before_delete:
                 hook(self.storage_kind(kind), obj)
+            if attempt == 0 and self.admission is not None:
+                request = self._admission_request(kind, "DELETE", namespace, name, None, obj,
+                                                  WriteOptions(dry_run=options.dry_run))
+                await self.admission.validate(request)
+                self.admission.finish(request, written=False)
             await self._validating_webhooks(kind, "DELETE", None, obj, options)
             if options.precondition_uid and options.precondition_uid != meta.get("uid"):
                 raise errors.conflict(

@@ -60,6 +60,12 @@ REQUEST: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
 )
 
 
+def current_username() -> str | None:
+    """The user of the request being served, or None for the server's own writes."""
+    context = REQUEST.get()
+    return context.attrs.user.name if context is not None else None
+
+
 class ClusterPolicy:
     def __init__(self, store: Any, on_problems_changed: Callable[[], None] | None = None) -> None:
         self.store = store

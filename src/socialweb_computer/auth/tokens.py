@@ -29,6 +29,7 @@ import threading
 from typing import Any
 
 import jwt
+import orjson
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -38,6 +39,7 @@ ALGORITHM = "ES256"
 KEYS_DIRECTORY = "service-account-keys"
 _PREFIX, _SUFFIX = "sa-", ".key"
 _STAMP = "%Y%m%dT%H%M%S.%fZ"
+_VERIFIED_CACHE = 4096  # tokens whose signature was checked, until the key set changes
 
 
 class NotOurs(Exception):
@@ -94,6 +96,7 @@ class KeySet:
         self._lock = threading.Lock()
         self._keys: list[SigningKey] = []  # oldest first
         self._seen: tuple[int, int] | None = None
+        self._verified: dict[str, dict[str, Any]] = {}
         if directory is None:
             self._keys = [_new_key(_stamp())]
 
@@ -125,6 +128,7 @@ class KeySet:
             if keys:
                 self._keys = keys
                 self._seen = seen
+                self._verified = {}  # a retired key must not keep verifying through the cache
 
     @property
     def signing_key(self) -> SigningKey:
@@ -172,6 +176,7 @@ class KeySet:
                 os.unlink(os.path.join(self.directory, f"{_PREFIX}{key.created}{_SUFFIX}"))
         if self.directory is None:
             self._keys = keys[-1:]
+            self._verified = {}
         self._seen = None
         self.refresh()
         return retired
@@ -186,14 +191,17 @@ class KeySet:
         """The claims of a token we signed; NotOurs for tokens of other issuers or not JWTs.
 
         Only the signature is checked here; times, audiences and bound objects are the
-        caller's (they need the clock and the store, and upstream's wording).
+        caller's (they need the clock and the store, and upstream's wording). A signature is
+        checked once per token and key set (ECDSA verification is the costly part).
         """
-        try:
-            header = jwt.get_unverified_header(token)
-            unverified = jwt.decode(token, options={"verify_signature": False})
-        except jwt.PyJWTError:
-            raise NotOurs() from None
-        if not isinstance(unverified, dict) or unverified.get("iss") not in issuers:
+        self.refresh()
+        cached = self._verified.get(token)
+        if cached is not None:
+            if cached.get("iss") not in issuers:
+                raise NotOurs()
+            return dict(cached)
+        header, unverified = _unverified(token)
+        if unverified.get("iss") not in issuers:
             raise NotOurs()
         if header.get("alg") != ALGORITHM:
             raise TokenInvalid(f"unexpected signature algorithm {header.get('alg')!r}")
@@ -201,14 +209,32 @@ class KeySet:
         candidates = [keys[header["kid"]]] if header.get("kid") in keys else list(keys.values())
         for public_key in candidates:
             try:
-                return jwt.decode(token, public_key, algorithms=[ALGORITHM],
-                                  options={"verify_exp": False, "verify_nbf": False, "verify_iat": False,
-                                           "verify_aud": False, "verify_iss": False})
+                claims = jwt.decode(token, public_key, algorithms=[ALGORITHM],
+                                    options={"verify_exp": False, "verify_nbf": False, "verify_iat": False,
+                                             "verify_aud": False, "verify_iss": False})
             except jwt.InvalidSignatureError:
                 continue
             except jwt.PyJWTError as e:
                 raise TokenInvalid(str(e)) from None
+            if len(self._verified) >= _VERIFIED_CACHE:
+                self._verified.clear()
+            self._verified[token] = claims
+            return dict(claims)
         raise TokenInvalid("square/go-jose: error in cryptographic primitive")
+
+
+def _unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The header and claims of a compact JWS, unverified; NotOurs for anything else."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise NotOurs()
+    try:
+        header, claims = (orjson.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4))) for p in parts[:2])
+    except (ValueError, orjson.JSONDecodeError):
+        raise NotOurs() from None
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        raise NotOurs()
+    return header, claims
 
 
 def _key_files(directory: str) -> list[str]:
