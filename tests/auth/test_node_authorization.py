@@ -83,6 +83,11 @@ apiVersion: v1
 kind: Namespace
 metadata: {{name: {NS}}}
 ---
+# ServiceAccount admission: a pod's account must exist before the pod.
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: builder, namespace: {NS}}}
+---
 apiVersion: v1
 kind: Pod
 metadata: {{name: on-n1, namespace: {NS}}}
