@@ -5,6 +5,7 @@ pods without a server."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from socialweb_computer import testing
@@ -84,6 +85,24 @@ def test_warn_baseline_warns_and_admits(shared_apiserver: testing.ApiServerProce
         'hostPort (container "c" uses hostPort 8080)'
     )
     assert shared_apiserver.kubectl("get", "pod", "hosty", "-n", namespace).returncode == 0
+
+
+def test_audit_records_in_the_server_log_and_neither_warns_nor_refuses(
+    shared_apiserver: testing.ApiServerProcess, namespace: str
+) -> None:
+    # This server has no audit log: what upstream puts in the audit event's
+    # pod-security.kubernetes.io/audit-violations annotation goes to the server log.
+    assert _label(shared_apiserver, namespace, f"{PSA}/audit=baseline").returncode == 0
+    result = _apply(shared_apiserver, _pod("audited", namespace, hostIPC=True))
+    assert result.returncode == 0 and result.stderr == ""
+    expected = (
+        f'PodSecurity audit: pods {namespace}/audited would violate PodSecurity "baseline:latest": '
+        "host namespaces (hostIPC=true)"
+    )
+    deadline = time.monotonic() + 10
+    while expected not in shared_apiserver.logs(limit=1_000_000):
+        assert time.monotonic() < deadline, shared_apiserver.logs()
+        time.sleep(0.1)
 
 
 def test_enforce_baseline_with_warn_restricted(
