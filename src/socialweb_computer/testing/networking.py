@@ -63,22 +63,6 @@ class Cluster:
         return name
 
 
-KUBE_API_ACCESS = {
-    "name": "kube-api-access",
-    "projected": {
-        "sources": [
-            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-            {
-                "downwardAPI": {
-                    "items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]
-                }
-            },
-        ]
-    },
-}
-
-
 def patience(tenant: Tenant) -> float:
     return float(getattr(tenant, "patience", 1.0))
 
@@ -139,6 +123,9 @@ def pod_sees_its_services_and_the_cluster_dns(tenant: Tenant, ns: str, image: st
 def python_client_lists_pods_through_kubernetes_default_svc(
     tenant: Tenant, ns: str, python_image: str
 ) -> None:
+    """The official client's in-cluster configuration, from what every pod gets: the Service
+    variables, and the `kube-api-access-*` volume ServiceAccount admission adds (token, ca.crt,
+    namespace) that the agent fills."""
     tenant.kubectl(
         "create", "rolebinding", "read", "--clusterrole=view", f"--serviceaccount={ns}:default", "-n", ns
     )
@@ -147,6 +134,9 @@ def python_client_lists_pods_through_kubernetes_default_svc(
         "config.load_incluster_config()\n"
         "api = client.CoreV1Api()\n"
         "print('host:', api.api_client.configuration.host)\n"
+        "review = client.AuthenticationV1Api().create_self_subject_review(client.V1SelfSubjectReview())\n"
+        "print('user:', review.status.user_info.username)\n"
+        "print('pod:', review.status.user_info.extra['authentication.kubernetes.io/pod-name'])\n"
         f"print('pods:', sorted(p.metadata.name for p in api.list_namespaced_pod('{ns}').items))\n"
         "named = client.Configuration.get_default_copy()\n"
         "named.host = 'https://kubernetes.default.svc'\n"
@@ -164,16 +154,11 @@ def python_client_lists_pods_through_kubernetes_default_svc(
         f'exec python3 -c "{program}"',
         python_image,
         timeout=300,  # importing the whole client takes minutes in a TCG guest
-        automountServiceAccountToken=False,  # the volume the ServiceAccount admission would add, by hand
-        volumes=[KUBE_API_ACCESS],
-        container={
-            "volumeMounts": [
-                {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
-            ]
-        },
     )
     # The certificate is verified against the ClusterIP and against the service name.
     assert lines(log, "host: ") == ["https://10.96.0.1:443"]
+    assert lines(log, "user: ") == [f"system:serviceaccount:{ns}:default"]
+    assert lines(log, "pod: ") == ["['lister']"]  # the token is bound to this pod
     assert lines(log, "pods: ") == ["['lister']"]
     assert lines(log, "by name: ") == ["['lister']"]
     assert lines(log, "secrets: ") == ["403"]  # the token is the ServiceAccount's, held to RBAC
