@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import schemas, validation
+from socialweb_computer.apiserver import handlers, schemas, validation
 
 DEPLOYMENT = schemas.for_kind("apps", "v1", "Deployment")
 CONFIGMAP = schemas.for_kind("", "v1", "ConfigMap")
@@ -442,3 +442,12 @@ def test_go_rendering_helpers() -> None:
     assert list(validation.iter_warnings(['unknown field "spec.foo"'])) == [
         '299 - "unknown field \\"spec.foo\\""'
     ]
+
+
+def test_warning_headers_never_carry_control_characters() -> None:
+    # apimachinery's NewWarningHeader: quotes and backslashes escaped, non-text bytes as spaces
+    # (a fuzzed unknown field named "a\nb" once made aiohttp refuse the whole response).
+    assert handlers.warn_text('unknown field "spec.a\nb\r\x00\x7f"') == (
+        '"unknown field \\"spec.a b   \\""'
+    )
+    assert handlers.warn_text("tab\tand é stay") == '"tab\tand é stay"'

@@ -67,10 +67,16 @@ def json_response(
     if ";" in content_type:
         response.headers["Content-Type"] = content_type
     for warning in limits.truncate_warnings(warnings or ()):
-        # RFC 7234 warn-text is a quoted-string, escaped the way Go's strconv.Quote does it.
-        escaped = warning.replace("\\", "\\\\").replace('"', '\\"')
-        response.headers.add("Warning", f'299 - "{escaped}"')
+        response.headers.add("Warning", f"299 - {warn_text(warning)}")
     return response
+
+
+def warn_text(text: str) -> str:
+    """RFC 7234's quoted warn-text as apimachinery's NewWarningHeader makes it: `"` and `\\`
+    escaped, and every other byte that is not text (controls such as a newline in an unknown
+    field's name) written as a space, so no header can be split."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + "".join(" " if (c < " " and c != "\t") or c == "\x7f" else c for c in escaped) + '"'
 
 
 def status_response(error: errors.StatusError) -> web.Response:
