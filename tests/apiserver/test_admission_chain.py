@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from typing import Any
 
 from socialweb_computer import testing
@@ -212,6 +213,32 @@ def test_pods_get_the_projected_token_volume(
             "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
         }
     ]
+
+
+def test_a_new_namespace_takes_a_pod_at_once(shared_apiserver: testing.ApiServerProcess) -> None:
+    """The serviceaccount controller makes `default` as the namespace appears (and admission waits
+    for it a moment, as upstream's does), so the usual flows never meet the missing-account refusal:
+    a Namespace and its Pod in one apply, and `kubectl create namespace` then `kubectl run`."""
+    name = f"fresh-{uuid.uuid4().hex[:6]}"
+    both = "---\n".join(
+        json.dumps(o) for o in ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+                                _pod("first", name))
+    )
+    try:
+        applied = shared_apiserver.kubectl("apply", "-f", "-", input=both, check=False)
+        assert applied.returncode == 0, applied.stderr
+        pod = json.loads(shared_apiserver.kubectl("get", "pod", "first", "-n", name, "-o", "json").stdout)
+        assert pod["spec"]["serviceAccountName"] == "default"
+        assert pod["spec"]["volumes"][0]["name"].startswith("kube-api-access-")
+        shared_apiserver.kubectl("create", "namespace", f"{name}-b")
+        ran = shared_apiserver.kubectl("run", "p", "-n", f"{name}-b", "--image=busybox", check=False)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip() == "pod/p created"
+    finally:
+        for ns in (name, f"{name}-b"):
+            shared_apiserver.kubectl(
+                "delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False
+            )
 
 
 def test_automount_opt_outs_and_missing_accounts(

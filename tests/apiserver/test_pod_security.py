@@ -8,7 +8,11 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from socialweb_computer import testing
+from socialweb_computer.api import errors
+from socialweb_computer.apiserver import admission, registry
 from socialweb_computer.apiserver.admission import podchecks, podsecurity
 
 PSA = "pod-security.kubernetes.io"
@@ -263,3 +267,38 @@ def test_policy_from_labels_defaults_warn_to_enforce() -> None:
     defaults = podsecurity.Policy(enforce=podsecurity.LevelVersion("restricted"))
     policy, _ = podsecurity.policy_for({}, defaults)
     assert str(policy.enforce) == "restricted:latest"
+
+
+class _Namespaces:
+    """Just enough of a Store for PodSecurity's namespace lookup."""
+
+    def __init__(self) -> None:
+        self.registry = registry.Registry()
+
+    async def get(self, kind: Any, namespace: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {f"{PSA}/enforce": "baseline"}}}
+
+
+async def test_exempt_usernames_runtime_classes_and_namespaces_skip_every_check() -> None:
+    config = podsecurity.Config(
+        exempt_usernames=("ops-admin",), exempt_runtime_classes=("kata",), exempt_namespaces=("infra",)
+    )
+    user: list[str | None] = ["alice"]
+    plugin = podsecurity.PodSecurity(_Namespaces(), config, lambda: user[0])
+    pods = registry.Registry().lookup("", "v1", "pods")
+
+    async def create(namespace: str, **spec: Any) -> None:
+        pod = _pod("priv", namespace, {"securityContext": {"privileged": True}}, **spec)
+        request = admission.Request(pods, admission.CREATE, namespace, "priv", pod, username=user[0])
+        await plugin.validate(request)
+
+    with pytest.raises(errors.StatusError) as refused:
+        await create("apps")
+    assert refused.value.message == (
+        'pods "priv" is forbidden: violates PodSecurity "baseline:latest": privileged '
+        '(container "c" must not set securityContext.privileged=true)'
+    )
+    await create("apps", runtimeClassName="kata")
+    await create("infra")
+    user[0] = "ops-admin"
+    await create("apps")
