@@ -12,6 +12,7 @@ import base64
 import json
 import ssl
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -304,3 +305,40 @@ def test_failure_policy_and_dry_run(
     k("apply", "--dry-run=server", "-f", "-", input=_configmap(namespace, "dry"))
     assert webhook_server.reviews[-1]["request"]["dryRun"] is True
     assert k("get", "configmap", "dry", "-n", namespace, check=False).returncode == 1
+
+
+def test_a_write_a_webhook_refuses_is_never_charged_to_a_quota(
+    shared_apiserver: testing.ApiServerProcess, namespace: str, webhook_server: WebhookServer, configure: Any
+) -> None:
+    """ValidatingAdmissionWebhook sits just before ResourceQuota, as upstream orders them."""
+    k = shared_apiserver.kubectl
+    # kube-root-ca.crt is one of the namespace's ConfigMaps already.
+    k("create", "quota", "cms", "-n", namespace, "--hard=configmaps=3")
+    name = f"deny-{uuid.uuid4().hex[:6]}"
+    configure(
+        _configuration(
+            "ValidatingWebhookConfiguration", name, namespace, webhook_server.url("/validate"),
+            webhook_server.ca_bundle,
+        )
+    )
+
+    def used() -> str:
+        return k("get", "quota", "cms", "-n", namespace, "-o", "jsonpath={.status.used.configmaps}").stdout
+
+    deadline = time.monotonic() + 30
+    while used() != "1":
+        assert time.monotonic() < deadline, used()
+        time.sleep(0.1)
+    k("apply", "-f", "-", input=_configmap(namespace, "good"))
+    assert used() == "2"
+    for attempt in range(3):
+        bad = _configmap(namespace, f"bad-{attempt}", {"deny": "yes"})
+        refused = k("apply", "-f", "-", input=bad, check=False)
+        assert "denied the request" in refused.stderr
+        assert used() == "2"
+    k("apply", "-f", "-", input=_configmap(namespace, "last"))
+    over = k("apply", "-f", "-", input=_configmap(namespace, "over"), check=False)
+    assert (
+        'configmaps "over" is forbidden: exceeded quota: cms, requested: configmaps=1, used: configmaps=3, '
+        "limited: configmaps=3"
+    ) in over.stderr
