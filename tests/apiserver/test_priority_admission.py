@@ -18,7 +18,8 @@ from kubernetes import client
 
 from socialweb_computer import testing
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import admission, registry, store
+from socialweb_computer.apiserver import registry, store
+from socialweb_computer.apiserver.admission import priority
 from socialweb_computer.storage import memory
 
 W = store.WriteOptions(field_manager="test")
@@ -36,7 +37,7 @@ spec:
 
 
 class Env:
-    def __init__(self, st: store.Store, plugin: admission.PriorityAdmission) -> None:
+    def __init__(self, st: store.Store, plugin: priority.PriorityAdmission) -> None:
         self.store, self.plugin = st, plugin
         self.pods = st.registry.lookup("", "v1", "pods")
         self.classes = st.registry.lookup("scheduling.k8s.io", "v1", "priorityclasses")
@@ -55,7 +56,7 @@ class Env:
 async def env() -> AsyncIterator[Env]:
     backend = await memory.MemoryBackend.open()
     st = store.Store("c", backend, registry.Registry())
-    plugin = admission.PriorityAdmission(st)
+    plugin = priority.PriorityAdmission(st)
     await plugin.start()
     await st.create(st.registry.lookup("", "v1", "namespaces"), "", {"metadata": {"name": "t"}}, W)
     yield Env(st, plugin)
@@ -72,7 +73,7 @@ async def test_system_classes_exist_and_resolve(env: Env) -> None:
     plain = await env.pod("plain")
     assert (plain["spec"]["priority"], plain["spec"]["preemptionPolicy"]) == (0, "PreemptLowerPriority")
     assert "priorityClassName" not in plain["spec"]
-    await admission.PriorityAdmission(env.store).start()  # a restart does not recreate them
+    await priority.PriorityAdmission(env.store).start()  # a restart does not recreate them
 
 
 async def test_refusals_use_upstream_wording(env: Env) -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from socialweb_computer.apiserver import admission, registry, store
+from socialweb_computer.apiserver import registry, store
+from socialweb_computer.apiserver.admission import priority
 from socialweb_computer.controllers import framework, manager
 from socialweb_computer.storage import memory
 
@@ -64,7 +65,7 @@ def scheduled(pod: dict) -> tuple[str, str, str]:
 async def env() -> AsyncIterator[Env]:
     backend = await memory.MemoryBackend.open()
     st = store.Store("c", backend, registry.Registry())
-    await admission.PriorityAdmission(st).start()
+    await priority.PriorityAdmission(st).start()
     clock = framework.FakeClock()
     mgr = manager.Manager(st, clock)
     await mgr.start()

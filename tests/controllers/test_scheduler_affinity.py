@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from socialweb_computer import testing
-from socialweb_computer.apiserver import admission, registry, store
+from socialweb_computer.apiserver import registry, store
+from socialweb_computer.apiserver.admission import priority
 from socialweb_computer.controllers import framework, manager
 from socialweb_computer.controllers.scheduling import (
     cache,
@@ -325,7 +326,7 @@ def condition(pod_: dict) -> str:
 async def env() -> AsyncIterator[Env]:
     backend = await memory.MemoryBackend.open()
     st = store.Store("c", backend, registry.Registry())
-    await admission.PriorityAdmission(st).start()
+    await priority.PriorityAdmission(st).start()
     clock = framework.FakeClock()
     mgr = manager.Manager(st, clock)
     await mgr.start()

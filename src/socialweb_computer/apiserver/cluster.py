@@ -28,6 +28,7 @@ from socialweb_computer.apiserver.admission import (
     lifecycle,
     limitranger,
     podsecurity,
+    priority,
     resourcequota,
     serviceaccount,
 )
@@ -74,7 +75,7 @@ class LogicalCluster:
         self.root_ca = tokensecrets.RootCAPublisher(self.store, root_ca_pem) if root_ca_pem else None
         self.store.after_write.append(self._identity_writes)
         self.certificates = certificates.CsrAdmission(self.store, self.auth)
-        self.priority = admission.PriorityAdmission(self.store)
+        self.priority = priority.PriorityAdmission(self.store)
         self.default_classes = defaultclass.DefaultClassAdmission(self.store)
         self.webhooks = webhooks.WebhookAdmission(self.store)
         self.store.webhooks = self.webhooks

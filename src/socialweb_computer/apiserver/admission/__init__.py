@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from socialweb_computer.api import errors
-from socialweb_computer.apiserver import kinds
-from socialweb_computer.apiserver.admission.priority import PriorityAdmission
+
+if TYPE_CHECKING:  # the gateway's spec imports PodSecurity's levels; keep that import light
+    from socialweb_computer.apiserver import kinds
 
 Object = dict[str, Any]
 
@@ -140,7 +141,6 @@ __all__ = [
     "BasePlugin",
     "Chain",
     "Plugin",
-    "PriorityAdmission",
     "Request",
     "forbidden",
     "object_name",
