@@ -138,7 +138,9 @@ def test_killing_the_gateway_during_a_boot_neither_leaks_nor_rents_twice(start_c
 def test_many_rent_and_release_cycles_leave_nothing_behind(start_capacity, image) -> None:
     # 10 in the suite (a cycle is a whole boot); SOCIALWEB_CAPACITY_CYCLES=100 for the issue's hundred.
     cycles = int(os.environ.get("SOCIALWEB_CAPACITY_CYCLES", "10"))
-    cap = start_capacity(node_defaults={"releaseAfterSeconds": 0})
+    # A hold of 2 s, not 0: with 0 a node was once released while the pod it was rented for had
+    # not yet run (a known defect of a zero hold, issue 14's closing note); cycles are about leaks.
+    cap = start_capacity(node_defaults={"releaseAfterSeconds": 2})
     started = time.monotonic()
     for i in range(cycles):
         name = f"c{i}"

@@ -13,6 +13,7 @@ import lzma
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import orjson
@@ -240,6 +241,19 @@ def test_no_agent_binary_says_how_to_build_one(tmp_path: Path) -> None:
         config_mod.agent_binary(config_mod.ImageConfig(agent=script))
 
 
+def _until_someone_waits_on(lock: Path, timeout: float = 60.0) -> None:
+    """Until a process or thread is blocked on `lock`'s flock: the kernel lists such a waiter in
+    /proc/locks as a `->` line with the file's inode (a thread merely started may not be there yet)."""
+    inode = f":{lock.stat().st_ino} "
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(line.split(":", 1)[-1].lstrip().startswith("->") and inode in line
+               for line in Path("/proc/locks").read_text().splitlines()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing waited on {lock} within {timeout} s")
+
+
 def test_an_image_another_process_built_while_this_one_waited_is_reused(agent: Path, tmp_path: Path) -> None:
     """Two node starts of one new size: the second waits on the first's build lock, then uses it."""
     import threading
@@ -252,8 +266,7 @@ def test_an_image_another_process_built_while_this_one_waited_is_reused(agent: P
     with store._lock(fingerprint):  # "another process" is building it
         waiter = threading.Thread(target=lambda: results.append(store.ensure(config)))
         waiter.start()
-        waiter.join(timeout=2.0)
-        assert waiter.is_alive(), "ensure waits for the build in progress"
+        _until_someone_waits_on(store.root / f".{fingerprint}.lock")  # ensure waits for the build
         _stored(store, fingerprint, config)
     waiter.join(timeout=30.0)
     assert [state for _, state in results] == ["reused"]
@@ -305,6 +318,7 @@ def test_builds_are_counted_by_outcome_and_the_directory_is_listed(
         assert store.contents() == store_mod.Contents(images=0, building=1)
         waiter = threading.Thread(target=store.ensure, args=(config,))
         waiter.start()
+        _until_someone_waits_on(store.root / f".{fingerprint}.lock")
         _stored(store, fingerprint, config)
         (store.root / f".build-{fingerprint}-{os.getpid()}").rmdir()
     waiter.join(timeout=30.0)
