@@ -53,7 +53,7 @@ from socialweb_computer.clusterprovider import layout
 from socialweb_computer.node import config as node_config
 from socialweb_computer.storage import memory
 from socialweb_computer.testing import gateway as gateway_mod
-from socialweb_computer.testing import images, server
+from socialweb_computer.testing import images, nodes, server
 
 SIZE = {"vcpu": 1, "memMiB": 1024, "rootfsMiB": 1024}
 NODE_SIZE = node_config.Size(1, 1024, 1024)
@@ -171,20 +171,12 @@ async def floor_and_cold(root: Path, registry: images.Registry, runs: int) -> di
                 out["released"].append(await _until("node released", lambda: _no_nodes(client)) - idle)
         finally:
             await client.close()
-    await _stop_all(root / "cold")
+    await nodes.stop_sandbox_nodes(root / "cold")
     return out
 
 
 async def _no_nodes(client: rest.Client) -> bool:
     return not await _nodes(client)
-
-
-async def _stop_all(state: Path) -> None:
-    """Nodes outlive their gateway on purpose; the bench stops what its gateways left."""
-    bidder = sandbox.SandboxBidder(state)
-    await bidder.reap()
-    for handle in base.read_records(state, sandbox.KIND):
-        await bidder.stop(handle.name)
 
 
 async def _gone(client: rest.Client, name: str) -> bool:
@@ -218,7 +210,7 @@ async def warm(root: Path, registry: images.Registry, runs: int) -> dict[str, li
                 await _until("node released", lambda: _no_nodes(client))
         finally:
             await client.close()
-    await _stop_all(root / "warm")
+    await nodes.stop_sandbox_nodes(root / "warm")
     return out
 
 

@@ -50,7 +50,7 @@ import node_bench
 from socialweb_computer.bidders import base, sandbox
 from socialweb_computer.testing import gateway as gateway_mod
 from socialweb_computer.testing import gitlab_runner as gr
-from socialweb_computer.testing import images
+from socialweb_computer.testing import images, nodes
 
 SIZE = {"vcpu": 1, "memMiB": 1024, "rootfsMiB": 1024}
 SCRIPT = "echo soak job {job} on {tenant}\nid -u\nls /builds >/dev/null"
@@ -173,7 +173,7 @@ def soak(root: Path, jobs: int, tenants: int, hold: int) -> dict[str, Any]:
                 for made in runners.values():
                     made.close()
         finally:
-            asyncio.run(_stop_all(state))
+            asyncio.run(nodes.stop_sandbox_nodes(state))
     every = [r for c in clusters for r in results[c]]
     return {
         "results": every,
@@ -183,14 +183,6 @@ def soak(root: Path, jobs: int, tenants: int, hold: int) -> dict[str, Any]:
         "released": released,
         "peak": sampler.peak,
     }
-
-
-async def _stop_all(state: Path) -> None:
-    """Nodes outlive their gateway on purpose; the soak stops what its gateway left."""
-    bidder = sandbox.SandboxBidder(state)
-    await bidder.reap()
-    for handle in base.read_records(state, sandbox.KIND):
-        await bidder.stop(handle.name)
 
 
 def _ms(values: list[float], q: float) -> float:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from socialweb_computer import testing
-from socialweb_computer.bidders import base, sandbox
+from socialweb_computer.bidders import sandbox
 from socialweb_computer.testing import gateway as gateway_mod
 from socialweb_computer.testing import images, nodes
 
@@ -63,10 +63,7 @@ def image(registry: images.Registry) -> str:
 
 def stop_every_node(state_dir: Path) -> None:
     """What a test's gateway leaves running on purpose (nodes outlive the gateway) goes here."""
-    bidder = sandbox.SandboxBidder(state_dir)
-    asyncio.run(bidder.reap())
-    for handle in base.read_records(state_dir, sandbox.KIND):
-        asyncio.run(bidder.stop(handle.name))
+    asyncio.run(nodes.stop_sandbox_nodes(state_dir))
 
 
 class Capacity:

@@ -152,3 +152,12 @@ def sandbox_node(
 
 def stop_node(state_dir: Path, name: str) -> None:
     asyncio.run(sandbox.SandboxBidder(state_dir).stop(name))
+
+
+async def stop_sandbox_nodes(state_dir: Path) -> None:
+    """Stop every sandbox node of `state_dir`: what a gateway leaves running on purpose (nodes
+    outlive it), for tests and benches to clean up after it; the dead ones are reaped first."""
+    bidder = sandbox.SandboxBidder(state_dir)
+    await bidder.reap()
+    for handle in base.read_records(state_dir, sandbox.KIND):
+        await bidder.stop(handle.name)
